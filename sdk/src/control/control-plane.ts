@@ -1,0 +1,748 @@
+import { pino, type Logger } from "pino";
+import type { z } from "zod";
+import { CheckpointError } from "../errors.js";
+import { parseBody } from "../wire/parse.js";
+import {
+  captureKey,
+  nextAttempt,
+  sortedCaptureKeys,
+  type EpisodeId,
+} from "../identity/episode-id.js";
+import { readCheckpoint } from "../store/records-reader.js";
+import { RecordsWriter } from "../store/records-writer.js";
+import { awaitUntil, forEachConcurrently, msUntil, nowTs, sleep } from "../util/deadline.js";
+import { Mutex } from "../util/mutex.js";
+import {
+  CheckpointRequestSchema,
+  CommitRequestSchema,
+  ForgetRequestSchema,
+  PrepareRequestSchema,
+  RestoreRequestSchema,
+  RetireRequestSchema,
+  type CheckpointRequest,
+  type Operation,
+  type CommitRequest,
+  type ForgetReply,
+  type ForgetRequest,
+  type Phase,
+  type PrepareReply,
+  type PrepareRequest,
+  type RenewReply,
+  type RestoreRequest,
+  type ResumeReply,
+  type RetireReply,
+  type RetireRequest,
+  type StatusReply,
+} from "../wire/control.js";
+import type { CommitReply, Manifest, RecordBase, RestoreReply } from "../wire/storage.js";
+import type { Participant } from "./participant.js";
+
+/** How many resumed checkpoint IDs are remembered for `stale_checkpoint`. */
+export const REMEMBERED_RESUMED_IDS = 64;
+/** Deadline (seconds from now) a lease expiry gives itself to reopen, and its retry interval. */
+export const LEASE_REOPEN_SECONDS = 30;
+/** At most this many per-rollout retires or deletions run at once. */
+export const STOP_CONCURRENCY = 16;
+/** A waiting prepare re-checks readiness at least this often (ms) even without a notification. */
+const READINESS_POLL_MS = 1000;
+
+
+
+/** Options of a {@link ControlPlane}, resolved once at construction. */
+export interface ControlPlaneOptions {
+  /** The server's configured name; reported as `instance` and used in the storage path. */
+  readonly instance: string;
+  /** Seconds past a control call's deadline before a quiet participant resumes itself. @default 600 */
+  readonly leaseGraceSeconds?: number;
+  /** Where transitions, refusals and lease expiries are logged. @default a silent logger */
+  readonly logger?: Logger;
+}
+
+interface StoredResult {
+  readonly args: string;
+  readonly reply: unknown;
+}
+
+/** The write of one checkpoint: one export, one writer, one cleanup (spec core §4.7.1). */
+interface WriteState<R extends RecordBase> {
+  readonly checkpointId: string;
+  readonly dir: string;
+  readonly scopeKey: string;
+  /** Why the export ended this checkpoint for good, or null. */
+  failed: string | null;
+  readonly exportAbort: AbortController;
+  exportTask: Promise<R[]> | null;
+  readonly writer: RecordsWriter;
+  writeTask: Promise<Manifest> | null;
+  cleanupTask: Promise<void> | null;
+  cleanupRunning: boolean;
+}
+
+function scopeKeyOf(episodes: readonly EpisodeId[] | null): string {
+  return episodes === null ? "null" : JSON.stringify(sortedCaptureKeys(episodes));
+}
+
+function argsOf(dir: string, episodes: readonly EpisodeId[] | null): string {
+  return JSON.stringify([dir, scopeKeyOf(episodes)]);
+}
+
+/** The latest attempt named per rollout, so each rollout is stopped once. */
+function latestPerRollout(episodes: readonly EpisodeId[]): EpisodeId[] {
+  const latest = new Map<string, EpisodeId>();
+  for (const e of episodes) {
+    const current = latest.get(e.rollout_id);
+    if (current === undefined || e.attempt > current.attempt) latest.set(e.rollout_id, e);
+  }
+  return [...latest.values()];
+}
+
+function swallow(promise: Promise<unknown>): void {
+  promise.catch(() => undefined);
+}
+
+/**
+ * The checkpoint control plane of one participant (spec core §4): the phase machine, fencing,
+ * replay of completed operations, the lease, and the commit/restore storage flow. Free of HTTP:
+ * the express router hands it `(operation, body)` through {@link dispatch}.
+ *
+ * ## Ordering
+ * Transitions are serialized by one FIFO mutex, never held across the readiness wait of a
+ * prepare (so a resume can run meanwhile). Export, write and cleanup run as background tasks a
+ * retried commit joins; their waits are bounded by each call's deadline.
+ *
+ * @see docs/control-plane.md
+ */
+export class ControlPlane<R extends RecordBase = RecordBase> {
+  readonly participant: Participant<R>;
+  readonly instance: string;
+  readonly leaseGraceSeconds: number;
+  readonly #log: Logger;
+  readonly #lock = new Mutex();
+
+  #phase: Phase = "idle";
+  #checkpointId: string | null = null;
+  #leaseExpiresAt: number | null = null;
+  #leaseWatcher: AbortController | null = null;
+  readonly #resumedIds = new Set<string>();
+  readonly #results = new Map<string, Map<Operation, StoredResult>>();
+  #write: WriteState<R> | null = null;
+  #install: Promise<void> | null = null;
+  #restoreGeneration = 0;
+  #pendingReopen = false;
+  #closed = false;
+
+  constructor(participant: Participant<R>, options: ControlPlaneOptions) {
+    this.participant = participant;
+    this.instance = options.instance;
+    this.leaseGraceSeconds = options.leaseGraceSeconds ?? 600;
+    if (!(this.leaseGraceSeconds > 0)) {
+      throw new RangeError(`leaseGraceSeconds must be > 0, got ${this.leaseGraceSeconds}`);
+    }
+    this.#log = options.logger ?? pino({ level: "silent" });
+  }
+
+  /** The current phase. */
+  get phase(): Phase {
+    return this.#phase;
+  }
+
+  /** The active checkpoint ID, or null. */
+  get checkpointId(): string | null {
+    return this.#checkpointId;
+  }
+
+  /** When the lease expires (Unix seconds), or null. */
+  get leaseExpiresAt(): number | null {
+    return this.#leaseExpiresAt;
+  }
+
+  /**
+   * Parses `body` with the operation's schema (422 `invalid_request` naming each problem) and
+   * runs the operation. The single entry point of every control route.
+   */
+  async dispatch(operation: Operation, body: unknown): Promise<unknown> {
+    switch (operation) {
+      case "status":
+        return this.status();
+      case "prepare":
+        return await this.prepare(parseBody(PrepareRequestSchema, body, operation));
+      case "renew":
+        return await this.renew(parseBody(CheckpointRequestSchema, body, operation));
+      case "retire":
+        return await this.retire(parseBody(RetireRequestSchema, body, operation));
+      case "forget":
+        return await this.forget(parseBody(ForgetRequestSchema, body, operation));
+      case "commit":
+        return await this.commit(parseBody(CommitRequestSchema, body, operation));
+      case "restore":
+        return await this.restore(parseBody(RestoreRequestSchema, body, operation));
+      case "resume":
+        return await this.resume(parseBody(CheckpointRequestSchema, body, operation));
+      default: {
+        const unreachable: never = operation;
+        throw new Error(`unknown operation ${String(unreachable)}`);
+      }
+    }
+  }
+
+  /** The participant's state; no fencing, never renews the lease. */
+  status(): StatusReply {
+    return {
+      ...this.participant.statusExtra(),
+      kind: this.participant.kind,
+      instance: this.instance,
+      phase: this.#phase,
+      checkpoint_id: this.#checkpointId,
+      lease_expires_at: this.#leaseExpiresAt,
+      retired_rollouts: this.participant.retired.size,
+      report: this.participant.readiness(),
+    };
+  }
+
+  /** Closes admission and waits (until the deadline) for every execution to reach a boundary. */
+  async prepare(request: PrepareRequest): Promise<PrepareReply> {
+    const id = request.checkpoint_id;
+    const stored = this.#stored(id, "prepare", "");
+    if (stored !== undefined) return stored as PrepareReply;
+    const replay = await this.#lock.runExclusive(async () => {
+      const again = this.#stored(id, "prepare", "");
+      if (again !== undefined) return again as PrepareReply;
+      this.#fence(id, ["idle", "preparing"], "prepare");
+      if (this.#phase === "idle") {
+        this.#checkpointId = id;
+        this.#phase = "preparing";
+        this.#renewLease(request.deadline_ts);
+        try {
+          await this.participant.closeAdmission(request);
+        } catch (error) {
+          await this.#abandonPrepare();
+          throw error;
+        }
+        this.#log.info({ checkpointId: id }, "admission closed for prepare");
+      } else {
+        this.#renewLease(request.deadline_ts);
+      }
+      return null;
+    });
+    if (replay !== null) return replay;
+    try {
+      await this.#waitReady(id, request.deadline_ts);
+    } catch (error) {
+      await this.#lock.runExclusive(async () => {
+        if (this.#checkpointId === id && this.#phase === "preparing") await this.#abandonPrepare();
+      });
+      throw error;
+    }
+    return await this.#lock.runExclusive(() => {
+      const report = this.participant.readiness();
+      if (this.#checkpointId !== id || this.#phase !== "preparing") {
+        return { phase: this.#phase, report };
+      }
+      if (!report.ready) return { phase: "preparing", report };
+      this.#phase = "prepared";
+      const reply: PrepareReply = { phase: "prepared", report };
+      this.#store(id, "prepare", "", reply);
+      return reply;
+    });
+  }
+
+  /** Extends the lease to `deadline_ts + lease_grace_seconds` (never shrinks it). */
+  async renew(request: CheckpointRequest): Promise<RenewReply> {
+    return await this.#lock.runExclusive(() => {
+      this.#fence(
+        request.checkpoint_id,
+        ["preparing", "prepared", "committed", "restored"],
+        "renew",
+      );
+      this.#renewLease(request.deadline_ts);
+      return { lease_expires_at: this.#leaseExpiresAt as number };
+    });
+  }
+
+  /** Exports once, writes records then manifest, frees unscoped restored state. */
+  async commit(request: CommitRequest): Promise<CommitReply> {
+    const id = request.checkpoint_id;
+    const args = argsOf(request.checkpoint_dir, request.episode_ids);
+    const stored = this.#stored(id, "commit", args);
+    if (stored !== undefined) return stored as CommitReply;
+    const joined = await this.#lock.runExclusive(
+      (): { reply: CommitReply } | { write: WriteState<R> } => {
+        const again = this.#stored(id, "commit", args);
+        if (again !== undefined) return { reply: again as CommitReply };
+        this.#fence(id, ["prepared"], "commit");
+        this.#renewLease(request.deadline_ts);
+        return { write: this.#joinWrite(request) };
+      },
+    );
+    if ("reply" in joined) return joined.reply;
+    const write = joined.write;
+    const deadline = request.deadline_ts;
+
+    const exported = await awaitUntil(write.exportTask as Promise<R[]>, deadline).catch(
+      (error: unknown) => {
+        throw CheckpointError.exportFailed(id, `its export failed: ${describe(error)}`);
+      },
+    );
+    if (!exported.done) throw CheckpointError.deadline("the export");
+    const records = exported.value;
+
+    write.writeTask ??= write.writer.write(records).catch((error: unknown) => {
+      write.writeTask = null;
+      throw error;
+    });
+    const written = await awaitUntil(write.writeTask, deadline);
+    if (!written.done) throw CheckpointError.deadline("the write of the records");
+    const manifest = written.value;
+
+    if (request.episode_ids !== null) {
+      write.cleanupTask ??= this.#startCleanup(write, request.episode_ids);
+      const cleaned = await awaitUntil(write.cleanupTask, deadline);
+      if (!cleaned.done) throw CheckpointError.deadline("freeing restored state outside the scope");
+    }
+
+    if (request.stop) {
+      const parked = await awaitUntil(
+        this.participant.parkExported(records).catch((error: unknown) => {
+          this.#log.warn({ err: error, checkpointId: id }, "park_exported failed");
+        }),
+        deadline,
+      );
+      if (!parked.done) this.#log.warn({ checkpointId: id }, "park_exported passed the deadline");
+    }
+
+    return await this.#lock.runExclusive(() => {
+      const again = this.#stored(id, "commit", args);
+      if (again !== undefined) return again as CommitReply;
+      if (this.#resumedIds.has(id)) throw CheckpointError.stale(id);
+      this.#fence(id, ["prepared", "committed"], "commit");
+      const reply: CommitReply = {
+        ...this.participant.commitReply(records),
+        phase: "committed",
+        manifest,
+        episode_ids: sortedCaptureKeys(records.map((record) => record.episode_id)),
+      };
+      this.#phase = "committed";
+      this.#store(id, "commit", args, reply);
+      this.#log.info({ checkpointId: id, records: records.length }, "checkpoint committed");
+      return reply;
+    });
+  }
+
+  /** Installs the checkpointed state of `episode_ids` as their next attempts (fresh process). */
+  async restore(request: RestoreRequest): Promise<RestoreReply> {
+    const id = request.checkpoint_id;
+    const args = argsOf(request.checkpoint_dir, request.episode_ids);
+    const stored = this.#stored(id, "restore", args);
+    if (stored !== undefined) return stored as RestoreReply;
+    return await this.#lock.runExclusive(async () => {
+      const again = this.#stored(id, "restore", args);
+      if (again !== undefined) return again as RestoreReply;
+      this.#fence(id, ["idle"], "restore");
+      // The replaced attempts are refused everywhere from now on, before any bounded work.
+      this.participant.markRetired(request.episode_ids);
+      const generation = ++this.#restoreGeneration;
+      const deadline = request.deadline_ts;
+
+      const reading = readCheckpoint({
+        checkpointDir: request.checkpoint_dir,
+        kind: this.participant.kind,
+        instance: this.instance,
+        scope: new Set(request.episode_ids.map(captureKey)),
+        recordSchema: this.participant.recordSchema as z.ZodType<R>,
+      });
+      swallow(reading);
+      const read = await awaitUntil(reading, deadline);
+      if (!read.done) throw CheckpointError.deadline("reading the checkpoint");
+      const { manifest, records } = read.value;
+
+      if (this.#install !== null) {
+        const previous = await awaitUntil(this.#install, deadline);
+        if (!previous.done) throw CheckpointError.deadline("a previous install");
+      }
+
+      try {
+        await this.participant.closeAdmission(request);
+        await this.participant.restoreManifest(manifest);
+        const task = this.participant.install(
+          records,
+          request.episode_ids,
+          new AbortController().signal,
+        );
+        const tracked: Promise<void> = task.finally(() => {
+          if (this.#install === tracked) this.#install = null;
+        });
+        swallow(tracked);
+        this.#install = tracked;
+        const installed = await awaitUntil(tracked, deadline);
+        if (!installed.done) throw CheckpointError.deadline("the install");
+      } catch (error) {
+        this.#reopenAfterFailedRestore(generation);
+        throw error;
+      }
+
+      this.#checkpointId = id;
+      this.#phase = "restored";
+      this.#renewLease(deadline);
+      const reply: RestoreReply = {
+        phase: "restored",
+        source_checkpoint_id: manifest.checkpoint_id,
+        restored: sortedCaptureKeys(records.map((record) => nextAttempt(record.episode_id))),
+      };
+      this.#store(id, "restore", args, reply);
+      this.#log.info({ checkpointId: id, restored: reply.restored.length }, "checkpoint restored");
+      return reply;
+    });
+  }
+
+  /** Reopens admission; also the abort of a checkpoint that will not be published. */
+  async resume(request: CheckpointRequest): Promise<ResumeReply> {
+    const id = request.checkpoint_id;
+    if (this.#resumedIds.has(id)) return { phase: "idle", idempotent: true };
+    return await this.#lock.runExclusive(async () => {
+      if (this.#resumedIds.has(id)) return { phase: "idle", idempotent: true };
+      if (this.#phase === "idle" && this.#checkpointId === null) {
+        if (this.#pendingReopen) {
+          await this.participant.openAdmission();
+          this.#pendingReopen = false;
+          this.#rememberResumed(id);
+          return { phase: "idle", idempotent: false };
+        }
+        // Remembered so a delayed prepare of an aborted checkpoint is refused as stale.
+        this.#rememberResumed(id);
+        return { phase: "idle", idempotent: true };
+      }
+      this.#fence(id, ["preparing", "prepared", "committed", "restored"], "resume");
+      await this.#reopen(id, request.deadline_ts);
+      return { phase: "idle", idempotent: false };
+    });
+  }
+
+  /** Stops these attempts (and earlier ones) everywhere in this participant; outside checkpoints. */
+  async retire(request: RetireRequest): Promise<RetireReply> {
+    return await this.#lock.runExclusive(async () => {
+      this.#admitOutsideCheckpoint(request, "retire");
+      // Raised before any bounded work and kept even if the retire then fails.
+      this.participant.markRetired(request.episode_ids);
+      const deadline = request.deadline_ts;
+      const controller = new AbortController();
+      const timer = setTimeout(
+        () => controller.abort(CheckpointError.deadline("the retire")),
+        msUntil(deadline),
+      );
+      try {
+        const work = (async () => {
+          if (this.#install !== null) await this.#install.catch(() => undefined);
+          await forEachConcurrently(
+            latestPerRollout(request.episode_ids),
+            STOP_CONCURRENCY,
+            async (episode) => await this.participant.retire(episode, controller.signal),
+          );
+        })();
+        swallow(work);
+        const done = await awaitUntil(work, deadline);
+        if (!done.done) {
+          controller.abort(CheckpointError.deadline("the retire"));
+          throw CheckpointError.deadline("the retire");
+        }
+      } finally {
+        clearTimeout(timer);
+        this.participant.notify();
+      }
+      return { retired_count: request.episode_ids.length };
+    });
+  }
+
+  /** Drops the retired marks of finished rollouts; outside checkpoints. */
+  async forget(request: ForgetRequest): Promise<ForgetReply> {
+    return await this.#lock.runExclusive(() => {
+      this.#admitOutsideCheckpoint(request, "forget");
+      this.participant.checkForget(request.rollout_ids);
+      this.participant.forget(request.rollout_ids);
+      this.participant.notify();
+      return { forgotten_count: request.rollout_ids.length };
+    });
+  }
+
+  /** Stops the lease watcher (server shutdown). The phase is left as it is. */
+  close(): void {
+    this.#closed = true;
+    this.#stopLeaseWatcher();
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  #stored(id: string, operation: Operation, args: string): unknown {
+    const result = this.#results.get(id)?.get(operation);
+    if (result === undefined) return undefined;
+    if (result.args !== args) {
+      throw CheckpointError.conflict(
+        `checkpoint '${id}' was already ${operation === "commit" ? "committed" : "restored"} ` +
+          "with another directory or scope; retry with the same arguments or use a new ID",
+      );
+    }
+    return result.reply;
+  }
+
+  #store(id: string, operation: Operation, args: string, reply: unknown): void {
+    let results = this.#results.get(id);
+    if (results === undefined) {
+      results = new Map();
+      this.#results.set(id, results);
+    }
+    results.set(operation, { args, reply });
+  }
+
+  #fence(id: string, allowed: readonly Phase[], operation: Operation): void {
+    if (this.#resumedIds.has(id)) throw CheckpointError.stale(id);
+    if (this.#checkpointId !== null && this.#checkpointId !== id) {
+      throw CheckpointError.conflict(
+        `checkpoint '${this.#checkpointId}' is active; ${operation} of '${id}' refused until it is resumed`,
+      );
+    }
+    if (!allowed.includes(this.#phase)) throw CheckpointError.invalidPhase(operation, this.#phase);
+  }
+
+  #admitOutsideCheckpoint(request: CheckpointRequest, operation: Operation): void {
+    if (this.#phase !== "idle" && this.#phase !== "restored") {
+      throw CheckpointError.invalidPhase(operation, this.#phase);
+    }
+    if (this.#checkpointId !== null && this.#checkpointId !== request.checkpoint_id) {
+      throw CheckpointError.conflict(
+        `checkpoint '${this.#checkpointId}' is active; ${operation} must name it`,
+      );
+    }
+    if (this.#phase === "restored") this.#renewLease(request.deadline_ts);
+  }
+
+  #rememberResumed(id: string): void {
+    this.#resumedIds.delete(id);
+    this.#resumedIds.add(id);
+    while (this.#resumedIds.size > REMEMBERED_RESUMED_IDS) {
+      const oldest = this.#resumedIds.values().next().value as string;
+      this.#resumedIds.delete(oldest);
+    }
+  }
+
+  async #waitReady(id: string, deadlineTs: number): Promise<void> {
+    for (;;) {
+      if (this.#checkpointId !== id || this.#phase !== "preparing") return;
+      const change = this.participant.nextChange();
+      if (this.participant.ready()) return;
+      const remaining = msUntil(deadlineTs);
+      if (remaining <= 0) return;
+      const poll = new AbortController();
+      await Promise.race([
+        change,
+        sleep(Math.min(remaining, READINESS_POLL_MS), poll.signal).catch(() => undefined),
+      ]);
+      poll.abort();
+    }
+  }
+
+  /** A prepare that could not close admission (or whose wait threw) leaves no trace. */
+  async #abandonPrepare(): Promise<void> {
+    try {
+      await this.participant.openAdmission();
+    } catch (error) {
+      this.#log.error({ err: error }, "reopening admission after a failed prepare failed");
+    }
+    this.#phase = "idle";
+    this.#checkpointId = null;
+    this.#clearLease();
+  }
+
+  /** Starts or joins this checkpoint's write, refusing what §4.7 refuses. Under the lock. */
+  #joinWrite(request: CommitRequest): WriteState<R> {
+    const id = request.checkpoint_id;
+    const scopeKey = scopeKeyOf(request.episode_ids);
+    let write = this.#write;
+    if (write !== null && write.checkpointId !== id) write = this.#write = null;
+    if (write !== null) {
+      if (write.failed !== null) throw CheckpointError.exportFailed(id, write.failed);
+      if (write.dir !== request.checkpoint_dir || write.scopeKey !== scopeKey) {
+        throw CheckpointError.conflict(
+          `checkpoint '${id}' is already being written to another directory or scope`,
+        );
+      }
+      return write;
+    }
+    const newWrite: WriteState<R> = {
+      checkpointId: id,
+      dir: request.checkpoint_dir,
+      scopeKey,
+      failed: null,
+      exportAbort: new AbortController(),
+      exportTask: null,
+      writer: new RecordsWriter({
+        checkpointDir: request.checkpoint_dir,
+        kind: this.participant.kind,
+        instance: this.instance,
+        checkpointId: id,
+        manifestExtra: this.participant.manifestExtra(),
+      }),
+      writeTask: null,
+      cleanupTask: null,
+      cleanupRunning: false,
+    };
+    if (!this.participant.ready()) {
+      // A cut taken now would not be the prepared one: refuse it for good.
+      newWrite.failed = "the participant is no longer ready (readiness regressed after prepare)";
+      this.#write = newWrite;
+      throw CheckpointError.exportFailed(id, newWrite.failed);
+    }
+    if (request.episode_ids !== null) {
+      const restarts = new Set(this.participant.readiness().restarts);
+      const offending = sortedCaptureKeys(request.episode_ids).filter((key) => restarts.has(key));
+      if (offending.length > 0) throw CheckpointError.restartInScope(offending);
+    }
+    const scope = request.episode_ids;
+    newWrite.exportTask = this.participant
+      .export(scope, newWrite.exportAbort.signal)
+      .catch((error: unknown) => {
+        newWrite.failed ??= `its export failed: ${describe(error)}`;
+        throw error;
+      });
+    swallow(newWrite.exportTask);
+    this.#write = newWrite;
+    return newWrite;
+  }
+
+  #startCleanup(write: WriteState<R>, scope: readonly EpisodeId[]): Promise<void> {
+    const inScope = new Set(scope.map(captureKey));
+    const unscoped = this.participant
+      .restoredPending()
+      .filter((episode) => !inScope.has(captureKey(episode)));
+    write.cleanupRunning = true;
+    const task = forEachConcurrently(
+      latestPerRollout(unscoped),
+      STOP_CONCURRENCY,
+      async (episode) =>
+        await this.participant.deleteRestored(episode, new AbortController().signal),
+    ).then(
+      () => {
+        write.cleanupRunning = false;
+      },
+      (error: unknown) => {
+        write.cleanupRunning = false;
+        write.cleanupTask = null; // a retry runs the cleanup again
+        throw error;
+      },
+    );
+    swallow(task);
+    return task;
+  }
+
+  /** Resume's reopen (spec core §4.11 step 4); throws `deadline_exceeded` changing nothing. */
+  async #reopen(id: string, deadlineTs: number): Promise<void> {
+    const write = this.#write !== null && this.#write.checkpointId === id ? this.#write : null;
+    if (write !== null) {
+      await write.writer.stop();
+      write.exportAbort.abort(CheckpointError.conflict(`checkpoint '${id}' was resumed`));
+      if (write.cleanupRunning && write.cleanupTask !== null) {
+        const cleaned = await awaitUntil(
+          write.cleanupTask.catch(() => undefined),
+          deadlineTs,
+        );
+        if (!cleaned.done)
+          throw CheckpointError.deadline("freeing restored state outside the scope");
+      }
+    }
+    this.#write = null;
+    await this.participant.openAdmission();
+    this.#rememberResumed(id);
+    this.#results.delete(id);
+    this.#phase = "idle";
+    this.#checkpointId = null;
+    this.#clearLease();
+    this.participant.notify();
+    this.#log.info({ checkpointId: id }, "checkpoint resumed");
+  }
+
+  /** After a failed restore: reopen now, or once a still-running install ends. */
+  #reopenAfterFailedRestore(generation: number): void {
+    const reopen = async (): Promise<void> => {
+      try {
+        await this.participant.openAdmission();
+        this.#pendingReopen = false;
+      } catch (error) {
+        this.#pendingReopen = true;
+        this.#log.error({ err: error }, "reopening admission after a failed restore failed");
+      }
+    };
+    const installing = this.#install;
+    if (installing === null) {
+      swallow(reopen());
+      return;
+    }
+    this.#pendingReopen = true;
+    swallow(
+      installing
+        .catch(() => undefined)
+        .then(() =>
+          this.#lock.runExclusive(async () => {
+            const stillOurs =
+              this.#restoreGeneration === generation &&
+              this.#phase === "idle" &&
+              this.#checkpointId === null;
+            if (stillOurs) await reopen();
+          }),
+        ),
+    );
+  }
+
+  #renewLease(deadlineTs: number): void {
+    this.#leaseExpiresAt = Math.max(this.#leaseExpiresAt ?? 0, deadlineTs + this.leaseGraceSeconds);
+    if (this.#leaseWatcher === null && this.#checkpointId !== null && !this.#closed) {
+      const watcher = new AbortController();
+      this.#leaseWatcher = watcher;
+      swallow(this.#watchLease(this.#checkpointId, watcher));
+    }
+  }
+
+  #clearLease(): void {
+    this.#leaseExpiresAt = null;
+    this.#stopLeaseWatcher();
+  }
+
+  #stopLeaseWatcher(): void {
+    this.#leaseWatcher?.abort();
+    this.#leaseWatcher = null;
+  }
+
+  async #watchLease(id: string, watcher: AbortController): Promise<void> {
+    const { signal } = watcher;
+    try {
+      while (!signal.aborted) {
+        const expiresAt = this.#leaseExpiresAt;
+        if (expiresAt === null || this.#checkpointId !== id) return;
+        const wait = expiresAt * 1000 - Date.now();
+        if (wait > 0) {
+          await sleep(wait, signal).catch(() => undefined);
+          continue;
+        }
+        try {
+          const finished = await this.#lock.runExclusive(async () => {
+            if (this.#checkpointId !== id || this.#leaseExpiresAt === null) return true;
+            if (this.#leaseExpiresAt * 1000 > Date.now()) return false; // renewed meanwhile
+            this.#log.warn({ checkpointId: id }, "lease expired: resuming on our own");
+            await this.#reopen(id, nowTs() + LEASE_REOPEN_SECONDS);
+            return true;
+          });
+          if (finished) return;
+        } catch (error) {
+          this.#log.error(
+            { err: error, checkpointId: id },
+            `lease expiry could not reopen; retrying in ${LEASE_REOPEN_SECONDS} s`,
+          );
+          await sleep(LEASE_REOPEN_SECONDS * 1000, signal).catch(() => undefined);
+        }
+      }
+    } finally {
+      if (this.#leaseWatcher === watcher) this.#leaseWatcher = null;
+    }
+  }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,241 @@
+/**
+ * The error catalogue: every refusal the contract names, with its exact code and HTTP status.
+ * Errors become the wire envelope `{"error": {"code", "detail"}}` in one place
+ * (`server/error-handler.ts`); everything else is a 500 with a generic body.
+ *
+ * @see docs/errors.md
+ */
+
+/** Every error code on the wire, with its HTTP status and what it means. */
+export const ERROR_CATALOGUE = {
+  checkpoint_error: { status: 409, summary: "Base checkpoint error; not raised directly." },
+  stale_checkpoint: {
+    status: 409,
+    summary: "The checkpoint ID was already resumed; start a new checkpoint with a new ID.",
+  },
+  checkpoint_conflict: {
+    status: 409,
+    summary:
+      "Another checkpoint is active, or a retried commit/restore names another directory or scope.",
+  },
+  invalid_phase: { status: 409, summary: "The operation is not allowed in the current phase." },
+  deadline_exceeded: {
+    status: 409,
+    summary: "The deadline passed before or during bounded work; retry with a later deadline.",
+  },
+  stale_attempt: {
+    status: 409,
+    summary: "The request comes from an attempt at or below its rollout's retired mark.",
+  },
+  admission_closed: {
+    status: 409,
+    summary: "A checkpoint is open and this participant refuses new work until resume.",
+  },
+  restart_in_scope: {
+    status: 409,
+    summary: "The commit scope names an episode this participant reported as a restart.",
+  },
+  export_failed: {
+    status: 409,
+    summary: "The checkpoint's export failed; resume and prepare again under a new ID.",
+  },
+  retire_incomplete: {
+    status: 409,
+    summary: "Forget refused: retired state of the rollout is still held.",
+  },
+  activation_out_of_order: {
+    status: 409,
+    summary: "An agent activation arrived before the previous one completed.",
+  },
+  rollout_id_required: {
+    status: 400,
+    summary: "This data-plane work needs the /ng-rollout/<capture key>/ prefix.",
+  },
+  invalid_rollout_id: { status: 400, summary: "The rollout prefix or rollout ID is malformed." },
+  unauthorized: { status: 401, summary: "The bearer token is missing or wrong." },
+  not_found: { status: 404, summary: "No such route." },
+  invalid_request: {
+    status: 422,
+    summary: "The request body is not valid JSON or does not match the route's schema.",
+  },
+  invalid_checkpoint_state: {
+    status: 422,
+    summary:
+      "Checkpoint directory, manifest or records missing, corrupt, unreadable, unwritable or foreign.",
+  },
+  internal_error: { status: 500, summary: "A bug: the server failed in a way it did not expect." },
+} as const satisfies Record<string, { status: number; summary: string }>;
+
+/** Every error code on the wire. */
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;
+
+/** One problem with a request body, located by its JSON path. */
+export interface RequestIssue {
+  readonly path: (string | number)[];
+  readonly message: string;
+}
+
+/** The error envelope every refusal is answered with. */
+export interface ErrorEnvelope {
+  error: { code: string; detail: string; issues?: RequestIssue[] };
+}
+
+/**
+ * A refusal with a code and status from {@link ERROR_CATALOGUE}. Participants throw these; the
+ * server maps them to the envelope. Subclasses group the areas; tests match on `code`.
+ */
+export class GymError extends Error {
+  override name = "GymError";
+  /** The HTTP status of the code, from the catalogue. */
+  readonly status: number;
+  constructor(
+    readonly code: ErrorCode,
+    detail: string,
+    options?: ErrorOptions,
+  ) {
+    super(detail, options);
+    this.status = ERROR_CATALOGUE[code].status;
+  }
+
+  /** The human-readable detail (the message). */
+  get detail(): string {
+    return this.message;
+  }
+
+  /** The wire envelope of this error. */
+  toEnvelope(): ErrorEnvelope {
+    return { error: { code: this.code, detail: this.message } };
+  }
+}
+
+/** A checkpoint-protocol refusal (409 unless stated), raised by the control plane. */
+export class CheckpointError extends GymError {
+  override name = "CheckpointError";
+
+  /** The ID was resumed already (one of the 64 remembered). */
+  static stale(checkpointId: string): CheckpointError {
+    return new CheckpointError(
+      "stale_checkpoint",
+      `checkpoint '${checkpointId}' was already resumed; start a new checkpoint with a new ID`,
+    );
+  }
+
+  /** Another checkpoint is active, or a retry names other arguments. */
+  static conflict(detail: string): CheckpointError {
+    return new CheckpointError("checkpoint_conflict", detail);
+  }
+
+  /** The operation is not allowed in this phase. */
+  static invalidPhase(operation: string, phase: string): CheckpointError {
+    return new CheckpointError("invalid_phase", `${operation} is not allowed in phase '${phase}'`);
+  }
+
+  /** A bounded wait ran out. */
+  static deadline(what: string): CheckpointError {
+    return new CheckpointError("deadline_exceeded", `deadline passed before ${what} finished`);
+  }
+
+  /** Final refusal of a checkpoint whose export failed or whose readiness regressed. */
+  static exportFailed(checkpointId: string, why: string): CheckpointError {
+    return new CheckpointError(
+      "export_failed",
+      `checkpoint '${checkpointId}' cannot be committed: ${why}; resume and prepare again under a new ID`,
+    );
+  }
+
+  /** Scope names episodes this participant reported as restarts. */
+  static restartInScope(keys: readonly string[]): CheckpointError {
+    return new CheckpointError(
+      "restart_in_scope",
+      `the commit scope names episodes reported as restarts: ${[...keys].sort().join(", ")}`,
+    );
+  }
+}
+
+/** A data-plane refusal tied to an episode (stale attempt, admission closed, missing rollout). */
+export class EpisodeError extends GymError {
+  override name = "EpisodeError";
+  constructor(
+    code: ErrorCode,
+    detail: string,
+    /** The capture key the refused request named, when it named one. */
+    readonly captureKey: string | null = null,
+    options?: ErrorOptions,
+  ) {
+    super(code, detail, options);
+  }
+
+  /** The attempt is at or below its rollout's retired mark. */
+  static staleAttempt(key: string, mark: number): EpisodeError {
+    return new EpisodeError(
+      "stale_attempt",
+      `attempt '${key}' is retired (its rollout is retired up to attempt ${mark}); send the next attempt`,
+      key,
+    );
+  }
+
+  /** A checkpoint is open and this participant refuses new work. */
+  static admissionClosed(what: string): EpisodeError {
+    return new EpisodeError(
+      "admission_closed",
+      `${what} refused: a checkpoint is open; retry after resume`,
+    );
+  }
+
+  /** The work needs a rollout prefix. */
+  static rolloutIdRequired(what: string): EpisodeError {
+    return new EpisodeError(
+      "rollout_id_required",
+      `${what} needs a rollout: call it under /ng-rollout/<capture key>/`,
+    );
+  }
+
+  /** The rollout prefix or ID is malformed. */
+  static invalidRolloutId(detail: string): EpisodeError {
+    return new EpisodeError("invalid_rollout_id", detail);
+  }
+}
+
+/** Checkpoint storage could not be read or written, or holds something it should not. */
+export class CheckpointStateError extends GymError {
+  override name = "CheckpointStateError";
+  constructor(
+    detail: string,
+    /** The episode whose record is at fault, when one is. */
+    readonly captureKey: string | null = null,
+    options?: ErrorOptions,
+  ) {
+    super("invalid_checkpoint_state", detail, options);
+  }
+}
+
+/** A request that failed authentication. */
+export class UnauthorizedError extends GymError {
+  override name = "UnauthorizedError";
+  constructor() {
+    super(
+      "unauthorized",
+      "missing or wrong bearer token: send 'Authorization: Bearer <control_auth_token>'",
+    );
+  }
+}
+
+/** A request body that is not valid JSON or does not match its schema. */
+export class InvalidRequestError extends GymError {
+  override name = "InvalidRequestError";
+  constructor(
+    detail: string,
+    readonly issues: readonly RequestIssue[] = [],
+  ) {
+    super("invalid_request", detail);
+  }
+
+  override toEnvelope(): ErrorEnvelope {
+    return { error: { code: this.code, detail: this.message, issues: [...this.issues] } };
+  }
+}
+
+/** Invalid configuration found at startup (settings, class declarations). Not a wire error. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}

@@ -1,0 +1,140 @@
+import { z } from "zod";
+
+/** The pattern every rollout ID, capture key, checkpoint ID and path component matches. */
+export const SAFE_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+/** The reserved attempt suffix: `-a` and a positive decimal without a leading zero, at the end. */
+const ATTEMPT_SUFFIX = /-a([1-9][0-9]*)$/;
+
+declare const episodeIdBrand: unique symbol;
+
+/**
+ * One physical attempt of a logical rollout: `(rollout_id, attempt)`.
+ *
+ * Immutable and branded: only {@link parseEpisodeId}, {@link episodeId},
+ * {@link fromCaptureKey} and {@link nextAttempt} mint one, so a value of this type has always
+ * been validated. Compare with {@link sameEpisode}, not `===`.
+ *
+ * @example
+ * const e = episodeId("task-3", 1);
+ * captureKey(e); // "task-3-a1"
+ */
+export type EpisodeId = Readonly<{ rollout_id: string; attempt: number }> & {
+  readonly [episodeIdBrand]: true;
+};
+
+/** Why a string or object names no episode. */
+export class InvalidEpisodeIdError extends Error {
+  override readonly name = "InvalidEpisodeIdError";
+  constructor(
+    readonly input: string,
+    readonly reason: string,
+  ) {
+    super(`${JSON.stringify(input)} names no episode: ${reason}`);
+  }
+}
+
+/** The reason `rolloutId` is not a valid rollout ID, or null when it is. */
+export function rolloutIdProblem(rolloutId: string): string | null {
+  if (rolloutId.length === 0) return "the rollout ID is empty";
+  if (!SAFE_ID_PATTERN.test(rolloutId)) {
+    return "a rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$";
+  }
+  if (ATTEMPT_SUFFIX.test(rolloutId)) {
+    return "a rollout ID must not end with the reserved attempt suffix -a<N>";
+  }
+  return null;
+}
+
+function mint(rolloutId: string, attempt: number): EpisodeId {
+  return Object.freeze({ rollout_id: rolloutId, attempt }) as EpisodeId;
+}
+
+/**
+ * Builds an EpisodeId, throwing {@link InvalidEpisodeIdError} when the rollout ID is invalid or
+ * the attempt is not a non-negative integer.
+ *
+ * @default attempt 0
+ */
+export function episodeId(rolloutId: string, attempt = 0): EpisodeId {
+  const problem = rolloutIdProblem(rolloutId);
+  if (problem !== null) throw new InvalidEpisodeIdError(rolloutId, problem);
+  if (!Number.isSafeInteger(attempt) || attempt < 0) {
+    throw new InvalidEpisodeIdError(rolloutId, `attempt ${attempt} is not an integer >= 0`);
+  }
+  return mint(rolloutId, attempt);
+}
+
+/**
+ * The wire form of an EpisodeId: `{"rollout_id": "<id>", "attempt": <int>}`; `attempt` defaults
+ * to 0 when absent; extra properties and non-integer attempts are refused. Parses into the
+ * branded {@link EpisodeId}.
+ */
+export const EpisodeIdSchema = z
+  .strictObject({
+    rollout_id: z.string().superRefine((value, ctx) => {
+      const problem = rolloutIdProblem(value);
+      if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+    }),
+    attempt: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  })
+  .transform((value) => mint(value.rollout_id, value.attempt))
+  .meta({
+    id: "EpisodeId",
+    description: "One physical attempt of a logical rollout.",
+    example: { rollout_id: "task-7-0", attempt: 1 },
+  });
+
+/** Parses the wire form of an EpisodeId, throwing {@link InvalidEpisodeIdError} when invalid. */
+export function parseEpisodeId(value: unknown): EpisodeId {
+  const result = EpisodeIdSchema.safeParse(value);
+  if (!result.success) {
+    throw new InvalidEpisodeIdError(
+      JSON.stringify(value) ?? String(value),
+      result.error.issues.map((issue) => issue.message).join("; "),
+    );
+  }
+  return result.data;
+}
+
+/** The capture key of an episode: `r` for attempt 0, `r-aN` otherwise. */
+export function captureKey(e: EpisodeId): string {
+  return e.attempt === 0 ? e.rollout_id : `${e.rollout_id}-a${e.attempt}`;
+}
+
+/**
+ * Decodes a capture key: a trailing `-a<N>` (N positive, no leading zero) is the attempt, the
+ * rest the rollout ID; without it the attempt is 0. Throws {@link InvalidEpisodeIdError} when the
+ * result is not a valid EpisodeId (e.g. `r-a1-a2`, `-a1`, `.x`, the empty string).
+ */
+export function fromCaptureKey(key: string): EpisodeId {
+  const match = ATTEMPT_SUFFIX.exec(key);
+  const rolloutId = match === null ? key : key.slice(0, match.index);
+  const attempt = match === null ? 0 : Number(match[1]);
+  const problem = rolloutIdProblem(rolloutId);
+  if (problem !== null) throw new InvalidEpisodeIdError(key, problem);
+  if (!Number.isSafeInteger(attempt)) {
+    throw new InvalidEpisodeIdError(key, "the attempt number is too large");
+  }
+  return mint(rolloutId, attempt);
+}
+
+/** The same rollout's next attempt: how a restored episode continues. */
+export function nextAttempt(e: EpisodeId): EpisodeId {
+  return mint(e.rollout_id, e.attempt + 1);
+}
+
+/** Whether two EpisodeIds name the same attempt. */
+export function sameEpisode(a: EpisodeId, b: EpisodeId): boolean {
+  return a.rollout_id === b.rollout_id && a.attempt === b.attempt;
+}
+
+/** The wire form (always with `attempt`), as a fresh plain object. */
+export function episodeIdToWire(e: EpisodeId): { rollout_id: string; attempt: number } {
+  return { rollout_id: e.rollout_id, attempt: e.attempt };
+}
+
+/** Sorted, de-duplicated capture keys of a list of episodes. */
+export function sortedCaptureKeys(episodes: Iterable<EpisodeId>): string[] {
+  return [...new Set([...episodes].map(captureKey))].sort();
+}

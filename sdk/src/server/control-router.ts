@@ -1,0 +1,26 @@
+import express, { Router } from "express";
+import type { ControlPlane } from "../control/control-plane.js";
+import { CONTROL_ROUTES } from "../wire/control-routes.js";
+import { bearerAuth } from "./bearer-auth.js";
+
+/** Control bodies can list many episodes; this bounds them without getting in the way. */
+const CONTROL_BODY_LIMIT = "64mb";
+
+/**
+ * The control routes under `/ng-control/v1/checkpoint`, each handing `(operation, body)` to the
+ * control plane's dispatcher. The bearer check runs first on every route (401 before any body is
+ * parsed); any body is parsed as JSON whatever its content type.
+ */
+export function controlRouter(controlPlane: ControlPlane, token: string): Router {
+  const router = Router();
+  const auth = bearerAuth(token);
+  const json = express.json({ limit: CONTROL_BODY_LIMIT, strict: false, type: () => true });
+  for (const route of CONTROL_ROUTES) {
+    const handlers = route.method === "post" ? [auth, json] : [auth];
+    router[route.method](route.path, ...handlers, async (req, res) => {
+      const body: unknown = route.method === "post" ? req.body : undefined;
+      res.json(await controlPlane.dispatch(route.operation, body));
+    });
+  }
+  return router;
+}

@@ -1,0 +1,57 @@
+import type { ErrorRequestHandler, RequestHandler } from "express";
+import type { Logger } from "pino";
+import { GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
+
+/** Body-parser failures carry a `type` and a 4xx `status`. */
+interface BodyParserError {
+  type?: string;
+  status?: number;
+  message?: string;
+}
+
+/**
+ * The one place errors become the wire envelope. Typed errors answer with their code and
+ * status; malformed or oversized bodies with 422/413 `invalid_request`; anything else is a bug:
+ * logged, answered with a generic 500 that leaks nothing.
+ */
+export function errorHandler(logger: Logger): ErrorRequestHandler {
+  return (error: unknown, req, res, next) => {
+    if (res.headersSent) {
+      next(error);
+      return;
+    }
+    if (error instanceof GymError) {
+      if (error.status >= 500) logger.error({ err: error, path: req.path }, "request failed");
+      res.status(error.status).json(error.toEnvelope());
+      return;
+    }
+    const parserError = error as BodyParserError;
+    if (parserError?.type === "entity.parse.failed") {
+      const invalid = new InvalidRequestError(`the body is not valid JSON: ${parserError.message}`, [
+        { path: [], message: "not valid JSON" },
+      ]);
+      res.status(invalid.status).json(invalid.toEnvelope());
+      return;
+    }
+    if (typeof parserError?.type === "string" && parserError.status !== undefined && parserError.status < 500) {
+      const envelope: ErrorEnvelope = {
+        error: { code: "invalid_request", detail: `the body was refused: ${parserError.message}` },
+      };
+      res.status(parserError.status === 413 ? 413 : 422).json(envelope);
+      return;
+    }
+    logger.error({ err: error, path: req.path }, "unexpected error");
+    const envelope: ErrorEnvelope = {
+      error: { code: "internal_error", detail: "internal server error (see the server log)" },
+    };
+    res.status(500).json(envelope);
+  };
+}
+
+/** Answers every unmatched route with 404 and the envelope. */
+export const notFoundHandler: RequestHandler = (req, res) => {
+  const envelope: ErrorEnvelope = {
+    error: { code: "not_found", detail: `no route ${req.method} ${req.path}` },
+  };
+  res.status(404).json(envelope);
+};

@@ -1,0 +1,261 @@
+import { createServer, type Server as HttpServer } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import express, { type Express, type Request } from "express";
+import { pino, type Logger } from "pino";
+import swaggerUi from "swagger-ui-express";
+import { ControlPlane } from "../control/control-plane.js";
+import type { Participant } from "../control/participant.js";
+import { ConfigError } from "../errors.js";
+import { buildOpenApiDocument } from "../openapi/build-document.js";
+import { parseBody } from "../wire/parse.js";
+import type { RouteDoc } from "../wire/route-doc.js";
+import {
+  CheckpointSettingsSchema,
+  type CheckpointSettings,
+  type CheckpointSettingsInput,
+} from "../wire/settings.js";
+import { controlRouter } from "./control-router.js";
+import type { DataRoute } from "./data-route.js";
+import { errorHandler, notFoundHandler } from "./error-handler.js";
+import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
+
+/** Data bodies (conversations, token arrays) can be large; this bounds them. */
+const DATA_BODY_LIMIT = "64mb";
+
+/** Options of a {@link Server}, resolved once at construction. */
+export interface ServerOptions {
+  /**
+   * The server's configured name: the logger's name, `instance` in the control status and the
+   * last component of its checkpoint storage path. Must match `^[A-Za-z0-9][A-Za-z0-9._-]*$`.
+   */
+  readonly name: string;
+  /** The `checkpoint:` block. @default checkpointing off */
+  readonly checkpoint?: CheckpointSettingsInput | null;
+  /** Logger to use (a child named after the server is made). @default pino at `logLevel` */
+  readonly logger?: Logger;
+  /** Level of the logger the server builds when none is given. @default process.env.LOG_LEVEL ?? "info" */
+  readonly logLevel?: string;
+  /** How long `close()` lets in-flight requests finish before cutting them, in ms. @default 10000 */
+  readonly shutdownGraceMs?: number;
+}
+
+/** Where a listening server can be reached. */
+export interface ListeningAddress {
+  readonly host: string;
+  readonly port: number;
+  /** `http://<host>:<port>` */
+  readonly url: string;
+}
+
+/** Validates the `checkpoint:` block once, naming the key at fault. */
+export function resolveCheckpointSettings(
+  input: CheckpointSettingsInput | null | undefined,
+): CheckpointSettings {
+  const result = CheckpointSettingsSchema.safeParse(input ?? {});
+  if (result.success) return result.data;
+  const problems = result.error.issues
+    .map((issue) => {
+      const key = issue.path.length > 0 ? `checkpoint.${issue.path.join(".")}` : "checkpoint";
+      return issue.message.includes(key) ? issue.message : `${key}: ${issue.message}`;
+    })
+    .join("; ");
+  throw new ConfigError(`invalid checkpoint settings: ${problems}`);
+}
+
+/**
+ * The base of every gym server: an express app with `GET /health`, the rollout prefix
+ * middleware, the data routes a subclass declares, and, when checkpointing is on and the server
+ * has a participant, the bearer-protected control routes. `GET /openapi.json` and Swagger UI at
+ * `/docs` describe exactly the routes this server serves.
+ *
+ * Subclasses override {@link routes} (and the participant kinds' base classes override
+ * {@link createParticipant}); nothing needs calling in a special order.
+ *
+ * @example
+ * class Hello extends Server {
+ *   protected override routes() {
+ *     return [dataRoute({ method: "get", path: "/hello", summary: "Say hello", handler: () => ({ hello: "world" }) })];
+ *   }
+ * }
+ * const { url } = await new Hello({ name: "hello" }).listen({ port: 0 });
+ *
+ * @see docs/servers.md
+ */
+export class Server {
+  readonly name: string;
+  readonly checkpointSettings: CheckpointSettings;
+  readonly logger: Logger;
+  readonly shutdownGraceMs: number;
+
+  #app: Express | null = null;
+  #controlPlane: ControlPlane | null = null;
+  #http: HttpServer | null = null;
+  readonly #sockets = new Set<Socket>();
+  readonly #shutdown = new AbortController();
+
+  constructor(options: ServerOptions) {
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.name)) {
+      throw new ConfigError(
+        `server name ${JSON.stringify(options.name)} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$`,
+      );
+    }
+    this.name = options.name;
+    this.checkpointSettings = resolveCheckpointSettings(options.checkpoint);
+    const base = options.logger ?? pino({ level: options.logLevel ?? process.env.LOG_LEVEL ?? "info" });
+    this.logger = base.child({ server: options.name });
+    this.shutdownGraceMs = options.shutdownGraceMs ?? 10_000;
+  }
+
+  /** Whether the `checkpoint:` block enables checkpointing. */
+  get checkpointEnabled(): boolean {
+    return this.checkpointSettings.enabled;
+  }
+
+  /** The control plane, once the app is built with checkpointing on and a participant. */
+  get controlPlane(): ControlPlane | null {
+    this.app();
+    return this.#controlPlane;
+  }
+
+  /** Fires when the server shuts down; handlers' signals follow it. */
+  get shutdownSignal(): AbortSignal {
+    return this.#shutdown.signal;
+  }
+
+  /**
+   * The participant owning this server's checkpoint state; null when the server takes no part
+   * in checkpoints. Called once, when the app is built, only with checkpointing on.
+   */
+  protected createParticipant(): Participant | null {
+    return null;
+  }
+
+  /** The data routes this server serves. */
+  protected routes(): readonly DataRoute[] {
+    return [];
+  }
+
+  /** Adds middleware or routes of your own before the data routes (rarely needed). */
+  protected configureApp(_app: Express): void {}
+
+  /** The express app (built once). */
+  app(): Express {
+    this.#app ??= this.#build();
+    return this.#app;
+  }
+
+  /** The OpenAPI document of the routes this server serves. */
+  openApiDocument(): ReturnType<typeof buildOpenApiDocument> {
+    return buildOpenApiDocument({
+      title: `${this.name} (gym server)`,
+      version: "1.0.0",
+      controlRoutes: this.#controlPlane !== null,
+      routes: this.routes().map((route): RouteDoc => route),
+    });
+  }
+
+  #build(): Express {
+    const app = express();
+    app.disable("x-powered-by");
+    app.use(rolloutPrefix());
+    app.get("/health", (_req, res) => {
+      res.json({ status: "ok", name: this.name });
+    });
+    if (this.checkpointSettings.enabled) {
+      const participant = this.createParticipant();
+      if (participant !== null) {
+        this.#controlPlane = new ControlPlane(participant, {
+          instance: this.name,
+          leaseGraceSeconds: this.checkpointSettings.lease_grace_seconds,
+          logger: this.logger,
+        });
+        app.use(controlRouter(this.#controlPlane, this.checkpointSettings.control_auth_token ?? ""));
+      }
+    }
+    this.configureApp(app);
+    for (const route of this.routes()) this.#mount(app, route);
+    const document = this.openApiDocument();
+    app.get("/openapi.json", (_req, res) => {
+      res.json(document);
+    });
+    app.use("/docs", swaggerUi.serve, swaggerUi.setup(document));
+    app.use(notFoundHandler);
+    app.use(errorHandler(this.logger));
+    return app;
+  }
+
+  #mount(app: Express, route: DataRoute): void {
+    const schema = route.request ?? null;
+    const json = express.json({ limit: DATA_BODY_LIMIT, strict: false });
+    const what = `${route.method.toUpperCase()} ${route.path}`;
+    app[route.method](route.path, json, async (req: Request, res) => {
+      const body: unknown = schema === null ? undefined : parseBody(schema, req.body, what);
+      const abort = new AbortController();
+      const onClose = (): void => {
+        if (!res.writableFinished) abort.abort(new Error("the client closed the connection"));
+      };
+      res.on("close", onClose);
+      const onShutdown = (): void => abort.abort(this.#shutdown.signal.reason);
+      this.#shutdown.signal.addEventListener("abort", onShutdown, { once: true });
+      try {
+        const result = await route.handler({
+          body: body as never,
+          rollout: rolloutOf(req),
+          signal: abort.signal,
+          req,
+          res,
+        });
+        if (result !== undefined && !res.headersSent) res.json(result);
+      } finally {
+        this.#shutdown.signal.removeEventListener("abort", onShutdown);
+      }
+    });
+  }
+
+  /** Starts listening. @default port 0 (any free port), host 127.0.0.1 */
+  async listen(options: { port?: number; host?: string } = {}): Promise<ListeningAddress> {
+    if (this.#http !== null) throw new ConfigError(`server ${this.name} is already listening`);
+    const host = options.host ?? "127.0.0.1";
+    const http = createServer(this.app());
+    this.#http = http;
+    http.on("connection", (socket: Socket) => {
+      this.#sockets.add(socket);
+      socket.on("close", () => this.#sockets.delete(socket));
+    });
+    await new Promise<void>((resolve, reject) => {
+      http.once("error", reject);
+      http.listen(options.port ?? 0, host, () => {
+        http.off("error", reject);
+        resolve();
+      });
+    });
+    const address = http.address() as AddressInfo;
+    this.logger.info({ port: address.port, host }, "listening");
+    return { host, port: address.port, url: `http://${host}:${address.port}` };
+  }
+
+  /**
+   * Graceful shutdown: stops accepting connections, lets in-flight requests finish for
+   * `shutdownGraceMs`, then aborts handlers' signals and cuts what remains.
+   */
+  async close(): Promise<void> {
+    this.#controlPlane?.close();
+    const http = this.#http;
+    if (http === null) {
+      this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
+      return;
+    }
+    this.#http = null;
+    const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+    http.closeIdleConnections();
+    const grace = setTimeout(() => {
+      this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
+      http.closeAllConnections();
+    }, this.shutdownGraceMs);
+    grace.unref();
+    await closed;
+    clearTimeout(grace);
+    this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
+    this.logger.info("closed");
+  }
+}

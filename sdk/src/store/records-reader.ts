@@ -1,0 +1,166 @@
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import type { z } from "zod";
+import { CheckpointStateError } from "../errors.js";
+import { EpisodeIdSchema, captureKey } from "../identity/episode-id.js";
+import { decodeJson } from "../wire/json-value.js";
+import {
+  MANIFEST_SCHEMA_VERSION,
+  RECORDS_FILE_PATTERN,
+  type Manifest,
+  type RecordBase,
+} from "../wire/storage.js";
+import { MANIFEST_FILE, participantDir, type ParticipantLocation } from "./paths.js";
+
+/** Reads the file in chunks this large: few syscalls, bounded memory. */
+const READ_CHUNK_BYTES = 4 * 1024 * 1024;
+
+/** What to read and which records to keep. */
+export interface ReadRequest<R extends RecordBase> extends ParticipantLocation {
+  /** Capture keys to keep (others are dropped unvalidated); null keeps every record. */
+  readonly scope: ReadonlySet<string> | null;
+  /** Validates a kept stored record into the participant's record. */
+  readonly recordSchema: z.ZodType<R>;
+}
+
+/** A verified checkpoint: its manifest and the in-scope records, validated. */
+export interface ReadResult<R extends RecordBase> {
+  readonly manifest: Manifest;
+  readonly records: R[];
+}
+
+function corrupt(what: string, key: string | null = null, cause?: unknown): CheckpointStateError {
+  return new CheckpointStateError(what, key, cause === undefined ? undefined : { cause });
+}
+
+/**
+ * Reads and verifies one participant's checkpoint in one streaming pass (spec core §7.5):
+ * checks the manifest, hashes and counts every line of the records file, keeps and validates
+ * only in-scope records, then compares digest and count. Every problem is a typed
+ * `invalid_checkpoint_state`, naming the episode when a record is at fault.
+ */
+export async function readCheckpoint<R extends RecordBase>(
+  request: ReadRequest<R>,
+): Promise<ReadResult<R>> {
+  const dir = participantDir(request);
+  const manifest = await readManifest(dir, request);
+  const recordsPath = path.join(dir, manifest.records_file);
+  const hash = createHash("sha256");
+  const records: R[] = [];
+  let count = 0;
+  const keep = (line: string): void => {
+    count += 1;
+    const record = selectRecord(line, request);
+    if (record !== null) records.push(record);
+  };
+  try {
+    const stream = createReadStream(recordsPath, { highWaterMark: READ_CHUNK_BYTES });
+    let pending: Buffer[] = [];
+    for await (const chunk of stream as AsyncIterable<Buffer>) {
+      hash.update(chunk);
+      let start = 0;
+      for (let nl = chunk.indexOf(10, start); nl >= 0; nl = chunk.indexOf(10, start)) {
+        const piece = chunk.subarray(start, nl);
+        if (pending.length > 0) {
+          pending.push(piece);
+          keep(Buffer.concat(pending).toString("utf8"));
+          pending = [];
+        } else {
+          keep(piece.toString("utf8"));
+        }
+        start = nl + 1;
+      }
+      if (start < chunk.length) pending.push(chunk.subarray(start));
+    }
+    if (pending.length > 0) keep(Buffer.concat(pending).toString("utf8"));
+  } catch (error) {
+    if (error instanceof CheckpointStateError) throw error;
+    const reason = error instanceof Error ? error.message : String(error);
+    throw corrupt(`cannot read checkpoint state ${recordsPath}: ${reason}`, null, error);
+  }
+  const digest = hash.digest("hex");
+  if (digest !== manifest.records_sha256) {
+    throw corrupt(`${recordsPath} does not match its manifest digest`);
+  }
+  if (count !== manifest.record_count) {
+    throw corrupt(
+      `${recordsPath}: the manifest expects ${manifest.record_count} records, found ${count}`,
+    );
+  }
+  return { manifest, records };
+}
+
+function selectRecord<R extends RecordBase>(line: string, request: ReadRequest<R>): R | null {
+  let value: unknown;
+  try {
+    value = decodeJson(line);
+  } catch (error) {
+    throw corrupt(`the checkpoint holds a record that is not JSON: ${(error as Error).message}`);
+  }
+  const episode =
+    value !== null && typeof value === "object" && !Array.isArray(value)
+      ? EpisodeIdSchema.safeParse((value as { episode_id?: unknown }).episode_id)
+      : null;
+  if (episode === null || !episode.success) {
+    throw corrupt("checkpoint record has no valid episode_id");
+  }
+  const key = captureKey(episode.data);
+  if (request.scope !== null && !request.scope.has(key)) return null;
+  const parsed = request.recordSchema.safeParse(value);
+  if (!parsed.success) {
+    const issues = parsed.error.issues
+      .map((issue) => `${issue.path.map(String).join(".") || "(record)"}: ${issue.message}`)
+      .join("; ");
+    throw corrupt(`checkpoint record of episode '${key}' is invalid: ${issues}`, key);
+  }
+  return parsed.data;
+}
+
+async function readManifest(dir: string, location: ParticipantLocation): Promise<Manifest> {
+  const manifestPath = path.join(dir, MANIFEST_FILE);
+  let text: string;
+  try {
+    text = await readFile(manifestPath, "utf8");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") throw corrupt(`missing manifest ${manifestPath}`, null, error);
+    throw corrupt(`cannot read checkpoint state ${manifestPath}: ${(error as Error).message}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw corrupt(`${manifestPath} is not JSON`, null, error);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw corrupt(`${manifestPath} is not a manifest`);
+  }
+  const m = value as Record<string, unknown>;
+  if (m.schema_version !== MANIFEST_SCHEMA_VERSION) {
+    throw corrupt(
+      `${manifestPath} has an unsupported schema ${JSON.stringify(m.schema_version ?? null)} (expected ${MANIFEST_SCHEMA_VERSION})`,
+    );
+  }
+  if (m.kind !== location.kind || m.instance !== location.instance) {
+    throw corrupt(
+      `${manifestPath} belongs to ${String(m.kind)}/${String(m.instance)}, not ${location.kind}/${location.instance}`,
+    );
+  }
+  if (typeof m.checkpoint_id !== "string") throw corrupt(`${manifestPath} names no checkpoint`);
+  if (typeof m.records_file !== "string" || !RECORDS_FILE_PATTERN.test(m.records_file)) {
+    throw corrupt(`${manifestPath} names no records file inside its directory`);
+  }
+  if (typeof m.records_sha256 !== "string" || !/^[0-9a-f]{64}$/.test(m.records_sha256)) {
+    throw corrupt(`${manifestPath} has no valid records_sha256`);
+  }
+  if (
+    typeof m.record_count !== "number" ||
+    !Number.isSafeInteger(m.record_count) ||
+    m.record_count < 0
+  ) {
+    throw corrupt(`${manifestPath} has no valid record_count`);
+  }
+  return m as Manifest;
+}

@@ -1,0 +1,259 @@
+import { createHash, randomBytes } from "node:crypto";
+import { link, mkdir, open, readFile, rename, unlink, type FileHandle } from "node:fs/promises";
+import path from "node:path";
+import { CheckpointStateError } from "../errors.js";
+import { captureKey } from "../identity/episode-id.js";
+import { Mutex } from "../util/mutex.js";
+import { encodeJson, NotJsonError } from "../wire/json-value.js";
+import { MANIFEST_SCHEMA_VERSION, type Manifest, type RecordBase } from "../wire/storage.js";
+import { fsyncDir } from "./fs-sync.js";
+import { sameManifest, serializeManifest } from "./manifest-json.js";
+import {
+  MANIFEST_FILE,
+  participantDir,
+  recordsFileName,
+  type ParticipantLocation,
+} from "./paths.js";
+
+/** Buffers up to this many bytes before handing them to the file in one `writev`. */
+const WRITE_BATCH_BYTES = 8 * 1024 * 1024;
+
+/** What one commit writes. */
+export interface WriteTarget extends ParticipantLocation {
+  readonly checkpointId: string;
+  /** Participant fields merged into the manifest (`manifestExtra`). */
+  readonly manifestExtra?: Record<string, unknown>;
+}
+
+function ioError(dir: string, error: unknown): CheckpointStateError {
+  const reason = error instanceof Error ? error.message : String(error);
+  return new CheckpointStateError(`cannot write checkpoint state under ${dir}: ${reason}`, null, {
+    cause: error,
+  });
+}
+
+/**
+ * Writes one participant's records and manifest for one checkpoint (spec core §7.4).
+ *
+ * Records are encoded and streamed one at a time into a hidden temporary file while their
+ * SHA-256 is computed; the file is fsynced, renamed to `records-<sha256>.jsonl`, the directories
+ * up to `checkpoint_dir` are fsynced, and the manifest is created exclusively, last. A directory
+ * with a manifest never changes.
+ *
+ * ## Stopping
+ * {@link stop} takes the publication lock: it waits only for a publication already under way,
+ * and once it returns no manifest will appear for this writer. A write that meets the stop flag
+ * fails with `invalid_checkpoint_state` and leaves no temporary file.
+ */
+export class RecordsWriter {
+  readonly #target: WriteTarget;
+  readonly #publication = new Mutex();
+  #stopped = false;
+
+  constructor(target: WriteTarget) {
+    this.#target = target;
+  }
+
+  /** Whether {@link stop} was called. */
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
+  /** Raises the stop flag; after this resolves no manifest can appear for this write. */
+  async stop(): Promise<void> {
+    await this.#publication.runExclusive(() => {
+      this.#stopped = true;
+    });
+  }
+
+  /** Writes every record, then publishes the manifest; returns the manifest now on disk. */
+  async write(records: Iterable<RecordBase>): Promise<Manifest> {
+    const dir = participantDir(this.#target);
+    try {
+      await mkdir(dir, { recursive: true });
+    } catch (error) {
+      throw ioError(dir, error);
+    }
+    const tmpPath = path.join(dir, `.records.jsonl.${randomBytes(8).toString("hex")}`);
+    let published = false;
+    try {
+      const { sha256, count } = await this.#writeRecords(tmpPath, records, dir);
+      const manifest: Manifest = {
+        ...(this.#target.manifestExtra ?? {}),
+        schema_version: MANIFEST_SCHEMA_VERSION,
+        kind: this.#target.kind,
+        instance: this.#target.instance,
+        checkpoint_id: this.#target.checkpointId,
+        records_file: recordsFileName(sha256),
+        records_sha256: sha256,
+        record_count: count,
+      };
+      await this.#fsyncParents(dir);
+      const outcome = await this.#publish(dir, tmpPath, manifest);
+      published = true;
+      return outcome;
+    } finally {
+      if (!published) await unlink(tmpPath).catch(() => undefined);
+    }
+  }
+
+  async #writeRecords(
+    tmpPath: string,
+    records: Iterable<RecordBase>,
+    dir: string,
+  ): Promise<{ sha256: string; count: number }> {
+    let handle: FileHandle;
+    try {
+      handle = await open(tmpPath, "wx");
+    } catch (error) {
+      throw ioError(dir, error);
+    }
+    const hash = createHash("sha256");
+    let count = 0;
+    let batch: Buffer[] = [];
+    let batchBytes = 0;
+    // One write in flight while the next batch is encoded: encoding (main thread) overlaps
+    // with the file write (libuv pool).
+    let inFlight: Promise<unknown> = Promise.resolve();
+    try {
+      for (const record of records) {
+        this.#checkNotStopped();
+        const line = Buffer.from(encodeRecordLine(record), "utf8");
+        hash.update(line);
+        count += 1;
+        batch.push(line);
+        batchBytes += line.length;
+        if (batchBytes >= WRITE_BATCH_BYTES) {
+          await inFlight;
+          inFlight = handle.writev(batch);
+          batch = [];
+          batchBytes = 0;
+        }
+      }
+      await inFlight;
+      if (batch.length > 0) await handle.writev(batch);
+      await handle.sync();
+    } catch (error) {
+      await inFlight.catch(() => undefined);
+      if (error instanceof CheckpointStateError) throw error;
+      throw ioError(dir, error);
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+    return { sha256: hash.digest("hex"), count };
+  }
+
+  #checkNotStopped(): void {
+    if (this.#stopped) {
+      throw new CheckpointStateError(
+        `checkpoint '${this.#target.checkpointId}' was resumed before its write finished`,
+      );
+    }
+  }
+
+  /** fsyncs `<kind>`, `gym` and `<checkpoint_dir>`: entries a crash must not lose. */
+  async #fsyncParents(dir: string): Promise<void> {
+    const top = path.resolve(this.#target.checkpointDir);
+    try {
+      for (let current = path.dirname(path.resolve(dir)); ; current = path.dirname(current)) {
+        await fsyncDir(current);
+        if (current === top || current === path.dirname(current)) break;
+      }
+    } catch (error) {
+      throw ioError(dir, error);
+    }
+  }
+
+  async #publish(dir: string, tmpPath: string, manifest: Manifest): Promise<Manifest> {
+    return await this.#publication.runExclusive(async () => {
+      this.#checkNotStopped();
+      const recordsPath = path.join(dir, manifest.records_file);
+      const manifestPath = path.join(dir, MANIFEST_FILE);
+      let created: boolean;
+      try {
+        await rename(tmpPath, recordsPath);
+        created = await createExclusively(dir, manifestPath, serializeManifest(manifest));
+      } catch (error) {
+        throw ioError(dir, error);
+      }
+      if (created) {
+        try {
+          await fsyncDir(dir);
+        } catch (error) {
+          throw ioError(dir, error);
+        }
+        return manifest;
+      }
+      const existing = await readExistingManifest(manifestPath, dir);
+      if (existing !== null && sameManifest(existing, manifest)) return existing as Manifest;
+      if (existing?.records_file !== manifest.records_file) {
+        await unlink(recordsPath).catch(() => undefined);
+      }
+      throw new CheckpointStateError(
+        `${dir} already holds a different commit (manifest of checkpoint ` +
+          `${JSON.stringify(existing?.checkpoint_id ?? null)}); write each checkpoint to a fresh directory`,
+      );
+    });
+  }
+}
+
+/** The stored line of one record, refusing a value that cannot be written as JSON by episode. */
+export function encodeRecordLine(record: RecordBase): string {
+  try {
+    return encodeJson(record) + "\n";
+  } catch (error) {
+    if (error instanceof NotJsonError) {
+      const key = safeKey(record);
+      throw new CheckpointStateError(
+        `checkpoint record of episode '${key}' is not JSON: ${error.message}`,
+        key,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
+}
+
+function safeKey(record: RecordBase): string {
+  try {
+    return captureKey(record.episode_id);
+  } catch {
+    return "<unknown>";
+  }
+}
+
+/** Creates `target` with `content` only if absent (temp file, fsync, hard link). */
+async function createExclusively(dir: string, target: string, content: string): Promise<boolean> {
+  const tmp = path.join(dir, `.manifest.json.${randomBytes(8).toString("hex")}`);
+  const handle = await open(tmp, "wx");
+  try {
+    await handle.writeFile(content, "utf8");
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  try {
+    await link(tmp, target);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw error;
+  } finally {
+    await unlink(tmp).catch(() => undefined);
+  }
+}
+
+async function readExistingManifest(
+  manifestPath: string,
+  dir: string,
+): Promise<Record<string, unknown> | null> {
+  try {
+    const parsed: unknown = JSON.parse(await readFile(manifestPath, "utf8"));
+    return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)
+      ? (parsed as Record<string, unknown>)
+      : null;
+  } catch (error) {
+    if (error instanceof SyntaxError) return null;
+    throw ioError(dir, error);
+  }
+}

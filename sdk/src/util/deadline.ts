@@ -1,0 +1,115 @@
+/**
+ * Deadlines travel on the wire as absolute Unix seconds; inside they become timers and
+ * AbortSignals exactly once, here.
+ */
+
+/** Milliseconds from now until an absolute Unix-seconds deadline (never negative). */
+export function msUntil(deadlineTs: number): number {
+  return Math.max(0, deadlineTs * 1000 - Date.now());
+}
+
+/** Whether an absolute Unix-seconds deadline has passed. */
+export function isPast(deadlineTs: number): boolean {
+  return deadlineTs * 1000 <= Date.now();
+}
+
+/** The current time as Unix seconds. */
+export function nowTs(): number {
+  return Date.now() / 1000;
+}
+
+/** setTimeout's largest delay; longer waits are re-armed. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** Resolves after `ms` (unref'd, so it never keeps a process alive), or rejects on abort. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const timer = setTimeout(done, Math.min(Math.max(0, ms), MAX_TIMER_MS));
+    timer.unref?.();
+    function done(): void {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }
+    function onAbort(): void {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** The outcome of {@link awaitUntil}: the value, or that the deadline fired first. */
+export type Bounded<T> = { done: true; value: T } | { done: false };
+
+/**
+ * Awaits `work` until the absolute deadline. The work is NOT cancelled when the deadline fires:
+ * it keeps running (a retry can join it); the caller decides what a timeout means.
+ */
+export async function awaitUntil<T>(work: Promise<T>, deadlineTs: number): Promise<Bounded<T>> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<{ done: false }>((resolve) => {
+    timer = setTimeout(() => resolve({ done: false }), Math.min(msUntil(deadlineTs), MAX_TIMER_MS));
+    timer.unref?.();
+  });
+  try {
+    return await Promise.race([work.then((value) => ({ done: true as const, value })), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * An AbortSignal that fires at the absolute deadline with `reason()` as its reason, and a
+ * `dispose` that clears the timer. Costs one timer.
+ */
+export function deadlineSignal(
+  deadlineTs: number,
+  reason: () => unknown,
+  parent?: AbortSignal,
+): { signal: AbortSignal; dispose: () => void } {
+  const controller = new AbortController();
+  const timer = setTimeout(
+    () => controller.abort(reason()),
+    Math.min(msUntil(deadlineTs), MAX_TIMER_MS),
+  );
+  timer.unref?.();
+  const onParentAbort = (): void => controller.abort(parent?.reason);
+  if (parent?.aborted) controller.abort(parent.reason);
+  else parent?.addEventListener("abort", onParentAbort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      clearTimeout(timer);
+      parent?.removeEventListener("abort", onParentAbort);
+    },
+  };
+}
+
+/**
+ * Runs `fn` over `items` with at most `limit` running at once; rejects with the first error
+ * after every started call has settled.
+ */
+export async function forEachConcurrently<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  let failure: { error: unknown } | null = null;
+  async function lane(): Promise<void> {
+    while (next < items.length) {
+      const item = items[next++] as T;
+      try {
+        await fn(item);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  if (failure !== null) throw (failure as { error: unknown }).error;
+}

@@ -1,0 +1,31 @@
+/** The `checkpoint:` settings block (spec core §11). */
+import { z } from "zod";
+
+export const CheckpointSettingsSchema = z
+  .strictObject({
+    enabled: z.boolean().default(false),
+    control_auth_token: z.string().nullable().default(null),
+    lease_grace_seconds: z
+      .number()
+      .gt(0)
+      .default(600)
+      .meta({
+        description:
+          "Seconds past a control call's deadline before a quiet participant resumes itself.",
+      }),
+  })
+  .superRefine((value, ctx) => {
+    if (value.enabled && (value.control_auth_token ?? "") === "") {
+      ctx.addIssue({
+        code: "custom",
+        path: ["control_auth_token"],
+        message:
+          "checkpoint.control_auth_token is required and non-empty when checkpoint.enabled is true",
+      });
+    }
+  })
+  .meta({ id: "CheckpointSettings" });
+/** The validated `checkpoint:` block. */
+export type CheckpointSettings = z.infer<typeof CheckpointSettingsSchema>;
+/** What a user writes in the `checkpoint:` block. */
+export type CheckpointSettingsInput = z.input<typeof CheckpointSettingsSchema>;
