@@ -1,5 +1,5 @@
 import { createServer, type Server as HttpServer } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import express, { type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
 import swaggerUi from "swagger-ui-express";
@@ -90,7 +90,6 @@ export class Server {
   #app: Express | null = null;
   #controlPlane: ControlPlane | null = null;
   #http: HttpServer | null = null;
-  readonly #sockets = new Set<Socket>();
   readonly #shutdown = new AbortController();
 
   constructor(options: ServerOptions) {
@@ -218,9 +217,11 @@ export class Server {
     const host = options.host ?? "127.0.0.1";
     const http = createServer(this.app());
     this.#http = http;
-    http.on("connection", (socket: Socket) => {
-      this.#sockets.add(socket);
-      socket.on("close", () => this.#sockets.delete(socket));
+    // While closing, a keep-alive connection is cut as soon as its last response is sent.
+    http.on("request", (_req, res) => {
+      res.on("finish", () => {
+        if (this.#http !== http) setImmediate(() => http.closeIdleConnections());
+      });
     });
     await new Promise<void>((resolve, reject) => {
       http.once("error", reject);

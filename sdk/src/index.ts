@@ -1,0 +1,113 @@
+/**
+ * gym-participant-sdk: write the HTTP servers of an RL rollout deployment so that a training
+ * controller can checkpoint them with rollouts in flight and continue each rollout after a
+ * crash.
+ *
+ * @see docs/concepts.md
+ * @packageDocumentation
+ */
+
+// Identity
+export {
+  EpisodeIdSchema,
+  InvalidEpisodeIdError,
+  captureKey,
+  episodeId,
+  fromCaptureKey,
+  nextAttempt,
+  parseEpisodeId,
+  sameEpisode,
+} from "./identity/episode-id.js";
+export type { EpisodeId } from "./identity/episode-id.js";
+export { ROLLOUT_SEGMENT, rolloutPath } from "./identity/rollout-prefix.js";
+export {
+  InvalidRunRolloutError,
+  captureKeyFromRunBody,
+  episodeFromRunBody,
+} from "./identity/run-body.js";
+export type { RunRolloutFields } from "./identity/run-body.js";
+
+// Errors
+export {
+  CheckpointError,
+  CheckpointStateError,
+  ConfigError,
+  ERROR_CATALOGUE,
+  EpisodeError,
+  GymError,
+  InvalidRequestError,
+  UnauthorizedError,
+} from "./errors.js";
+export type { ErrorCode, ErrorEnvelope, RequestIssue } from "./errors.js";
+
+// Wire
+export {
+  CONTROL_PREFIX,
+  CheckpointRequestSchema,
+  CommitRequestSchema,
+  ForgetRequestSchema,
+  MAX_LISTED_BLOCKERS,
+  PARTICIPANT_KINDS,
+  PHASES,
+  PrepareReportSchema,
+  PrepareRequestSchema,
+  RestoreRequestSchema,
+  RetireRequestSchema,
+  StatusReplySchema,
+  prepareReport,
+} from "./wire/control.js";
+export type {
+  CheckpointRequest,
+  CommitRequest,
+  ForgetReply,
+  ForgetRequest,
+  Operation,
+  ParticipantKind,
+  Phase,
+  PrepareReply,
+  PrepareReport,
+  PrepareRequest,
+  RenewReply,
+  RestoreRequest,
+  ResumeReply,
+  RetireReply,
+  RetireRequest,
+  StatusReply,
+} from "./wire/control.js";
+export { ManifestSchema, recordSchema } from "./wire/storage.js";
+export type { CommitReply, Manifest, RecordBase, RestoreReply } from "./wire/storage.js";
+export { CheckpointSettingsSchema } from "./wire/settings.js";
+export type { CheckpointSettings, CheckpointSettingsInput } from "./wire/settings.js";
+export {
+  JsonPayloadSchema,
+  JsonSyntaxError,
+  NotJsonError,
+  assertJsonValue,
+  decodeJson,
+  encodeJson,
+} from "./wire/json-value.js";
+export type { JsonValue } from "./wire/json-value.js";
+export type { RouteDoc } from "./wire/route-doc.js";
+
+// Control plane and storage
+export { Participant } from "./control/participant.js";
+export type { CloseAdmissionRequest } from "./control/participant.js";
+export { RetiredAttempts } from "./control/retired-attempts.js";
+export { ControlPlane } from "./control/control-plane.js";
+export type { ControlPlaneOptions } from "./control/control-plane.js";
+export { readCheckpoint } from "./store/records-reader.js";
+export type { ReadRequest, ReadResult } from "./store/records-reader.js";
+export { RecordsWriter } from "./store/records-writer.js";
+export type { WriteTarget } from "./store/records-writer.js";
+
+// Servers
+export { Server, resolveCheckpointSettings } from "./server/server.js";
+export type { ListeningAddress, ServerOptions } from "./server/server.js";
+export { dataRoute } from "./server/data-route.js";
+export type { DataRoute, RouteInput } from "./server/data-route.js";
+export { rolloutOf } from "./server/rollout-prefix.js";
+export type { RolloutContext } from "./server/rollout-prefix.js";
+
+// OpenAPI
+export { buildOpenApiDocument } from "./openapi/build-document.js";
+export type { OpenApiOptions } from "./openapi/build-document.js";
