@@ -72,10 +72,13 @@ export function episodeId(rolloutId: string, attempt = 0): EpisodeId {
  */
 export const EpisodeIdSchema = z
   .strictObject({
-    rollout_id: z.string().superRefine((value, ctx) => {
-      const problem = rolloutIdProblem(value);
-      if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
-    }),
+    rollout_id: z
+      .string()
+      .regex(SAFE_ID_PATTERN, "a rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$")
+      .superRefine((value, ctx) => {
+        const problem = rolloutIdProblem(value);
+        if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+      }),
     attempt: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
   })
   .transform((value) => mint(value.rollout_id, value.attempt))

@@ -1,0 +1,281 @@
+import { readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import type {
+  OpenAPIObject,
+  OperationObject,
+  ParameterObject,
+  ResponseObject,
+  SchemaObject,
+} from "openapi3-ts/oas31";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { ERROR_CATALOGUE } from "../../../sdk/src/errors.js";
+import {
+  buildOpenApiDocument,
+  CONTROL_TAG,
+  OpenApiDocumentError,
+  type OpenApiOptions,
+} from "../../../sdk/src/openapi/build-document.js";
+import { CONTROL_ROUTES } from "../../../sdk/src/wire/control-routes.js";
+import type { RouteDoc } from "../../../sdk/src/wire/route-doc.js";
+import { COMMITTED_DOCUMENTS } from "../../../scripts/openapi.js";
+
+const CONTROL: OpenApiOptions = { title: "control", version: "0.0.0", controlRoutes: true };
+
+async function expectValid(document: OpenAPIObject): Promise<void> {
+  const validator = new Validator();
+  // The validator may annotate what it is given: hand it a copy.
+  const result = await validator.validate(structuredClone(document) as never);
+  expect(result.errors ?? []).toEqual([]);
+  expect(result.valid).toBe(true);
+  expect(validator.version).toBe("3.1");
+}
+
+function operation(document: OpenAPIObject, path: string, method: string): OperationObject {
+  const item = document.paths?.[path] as Record<string, OperationObject> | undefined;
+  const op = item?.[method];
+  if (op === undefined) throw new Error(`no ${method} ${path} in the document`);
+  return op;
+}
+
+function response(op: OperationObject, status: string): ResponseObject | undefined {
+  return op.responses?.[status] as ResponseObject | undefined;
+}
+
+/** Every error code an operation's responses carry, read from their named examples. */
+function exampleCodes(op: OperationObject): Map<string, string> {
+  const codes = new Map<string, string>();
+  for (const [status, value] of Object.entries(op.responses ?? {})) {
+    if (status === "200") continue;
+    const examples = (value as ResponseObject).content?.["application/json"]?.examples ?? {};
+    for (const [name, example] of Object.entries(examples)) {
+      const code = (example as { value: { error: { code: string } } }).value.error.code;
+      expect(name).toBe(code);
+      codes.set(code, status);
+    }
+  }
+  return codes;
+}
+
+function schema(document: OpenAPIObject, id: string): SchemaObject {
+  const found = document.components?.schemas?.[id] as SchemaObject | undefined;
+  if (found === undefined) throw new Error(`no component schema ${id}`);
+  return found;
+}
+
+function refId(ref: unknown): string {
+  const $ref = (ref as { $ref?: string }).$ref ?? "";
+  expect($ref).toMatch(/^#\/components\/schemas\//);
+  return $ref.slice("#/components/schemas/".length);
+}
+
+describe("buildOpenApiDocument: control routes", () => {
+  const document = buildOpenApiDocument(CONTROL);
+
+  it("is a valid OpenAPI 3.1 document", async () => {
+    expect(document.openapi).toBe("3.1.0");
+    await expectValid(document);
+  });
+
+  it("documents every control route with its method, and nothing else", () => {
+    for (const route of CONTROL_ROUTES) operation(document, route.path, route.method);
+    expect(Object.keys(document.paths ?? {})).toEqual(CONTROL_ROUTES.map((route) => route.path));
+  });
+
+  it("gives every operation a summary, description, operationId, tag and bearer security", () => {
+    expect(document.components?.securitySchemes?.bearerAuth).toMatchObject({
+      type: "http",
+      scheme: "bearer",
+    });
+    const operationIds = new Set<string>();
+    for (const route of CONTROL_ROUTES) {
+      const op = operation(document, route.path, route.method);
+      expect(op.summary).toBe(route.summary);
+      expect(op.description).toBe(route.description);
+      expect(op.tags).toEqual([CONTROL_TAG]);
+      expect(op.security).toEqual([{ bearerAuth: [] }]);
+      expect(op.operationId).toMatch(/^checkpoint[A-Z][A-Za-z]*$/);
+      operationIds.add(op.operationId ?? "");
+    }
+    expect(operationIds.size).toBe(CONTROL_ROUTES.length);
+    const prepare = CONTROL_ROUTES.find((route) => route.operation === "prepare");
+    expect(operation(document, prepare?.path ?? "", "post").operationId).toBe("checkpointPrepare");
+  });
+
+  it("answers 401 on every route and describes and exemplifies each error response", () => {
+    for (const route of CONTROL_ROUTES) {
+      const op = operation(document, route.path, route.method);
+      expect(response(op, "401"), `${route.path} 401`).toBeDefined();
+      for (const [status, value] of Object.entries(op.responses ?? {})) {
+        if (status === "200") continue;
+        const error = value as ResponseObject;
+        const media = error.content?.["application/json"];
+        expect(refId(media?.schema)).toBe("ErrorEnvelope");
+        const examples = Object.keys(media?.examples ?? {});
+        expect(examples.length, `${route.path} ${status} examples`).toBeGreaterThan(0);
+        for (const code of examples) {
+          expect(String(ERROR_CATALOGUE[code as keyof typeof ERROR_CATALOGUE].status)).toBe(status);
+          expect(error.description).toContain(`\`${code}\``);
+        }
+      }
+    }
+  });
+
+  it("lists every error code a route names, under its catalogue status", () => {
+    for (const route of CONTROL_ROUTES) {
+      const codes = exampleCodes(operation(document, route.path, route.method));
+      const expected = new Set<string>(["unauthorized", ...route.errors]);
+      if (route.request !== null) expected.add("invalid_request");
+      expect([...codes.keys()].sort(), route.path).toEqual([...expected].sort());
+      for (const [code, status] of codes) {
+        expect(status).toBe(String(ERROR_CATALOGUE[code as keyof typeof ERROR_CATALOGUE].status));
+      }
+    }
+  });
+
+  it("requires a JSON body that forbids unknown properties on every POST route", () => {
+    for (const route of CONTROL_ROUTES) {
+      const op = operation(document, route.path, route.method);
+      if (route.request === null) {
+        expect(op.requestBody).toBeUndefined();
+        continue;
+      }
+      const body = op.requestBody as { required?: boolean; content: Record<string, unknown> };
+      expect(body.required).toBe(true);
+      const media = body.content["application/json"] as { schema: unknown };
+      const request = schema(document, refId(media.schema));
+      expect(request.additionalProperties, route.path).toBe(false);
+      expect(request.example, `${route.path} request example`).toBeDefined();
+    }
+  });
+
+  it("documents each reply schema with an example", () => {
+    const withoutExample: string[] = [];
+    for (const route of CONTROL_ROUTES) {
+      const ok = response(operation(document, route.path, route.method), "200");
+      const id = refId(ok?.content?.["application/json"]?.schema);
+      if (schema(document, id).example === undefined) withoutExample.push(id);
+    }
+    // CommitReply's meta carries no example yet (sdk/src/wire/storage.ts).
+    expect(withoutExample.filter((id) => id !== "CommitReply")).toEqual([]);
+  });
+
+  it("defines the error envelope once, with every catalogue code", () => {
+    const code = schema(document, "ErrorCode");
+    expect(code.enum).toEqual(Object.keys(ERROR_CATALOGUE));
+    expect(schema(document, "ErrorEnvelope").required).toEqual(["error"]);
+  });
+
+  it("is deterministic", () => {
+    expect(JSON.stringify(buildOpenApiDocument(CONTROL))).toBe(JSON.stringify(document));
+  });
+
+  it("matches the committed openapi/checkpoint-control.json (run npm run openapi when stale)", async () => {
+    for (const committed of COMMITTED_DOCUMENTS) {
+      const path = fileURLToPath(new URL(`../../../${committed.file}`, import.meta.url));
+      const onDisk = await readFile(path, "utf8").catch(() => "<missing>");
+      expect(onDisk, `${committed.file} is stale: run npm run openapi`).toBe(
+        await committed.render(),
+      );
+    }
+  });
+});
+
+describe("buildOpenApiDocument: data routes", () => {
+  const ItemRequest = z.strictObject({ score: z.number() });
+  const routes: RouteDoc[] = [
+    {
+      method: "post",
+      path: "/items/:id",
+      summary: "Score an item",
+      request: ItemRequest,
+      reply: z.object({ ok: z.boolean() }),
+      errors: ["stale_attempt", "admission_closed", "rollout_id_required"],
+      rolloutPrefixed: true,
+      tag: "items",
+    },
+    { method: "get", path: "/health", summary: "Liveness" },
+  ];
+  const document = buildOpenApiDocument({ ...CONTROL, controlRoutes: false, routes });
+
+  it("is a valid OpenAPI 3.1 document, alone and beside the control routes", async () => {
+    await expectValid(document);
+    await expectValid(buildOpenApiDocument({ ...CONTROL, routes }));
+  });
+
+  it("converts path parameters and documents the rollout-prefixed twin", () => {
+    expect(Object.keys(document.paths ?? {})).toEqual([
+      "/items/{id}",
+      "/ng-rollout/{capture_key}/items/{id}",
+      "/health",
+    ]);
+    const plain = operation(document, "/items/{id}", "post");
+    const prefixed = operation(document, "/ng-rollout/{capture_key}/items/{id}", "post");
+    expect(plain.operationId).not.toBe(prefixed.operationId);
+    const names = (op: OperationObject) =>
+      (op.parameters as ParameterObject[]).map((p) => `${p.in}:${p.name}`);
+    expect(names(plain)).toEqual(["path:id"]);
+    expect(names(prefixed)).toEqual(["path:capture_key", "path:id"]);
+    const captureKey = (prefixed.parameters as ParameterObject[])[0];
+    expect(captureKey?.required).toBe(true);
+    expect((captureKey?.schema as SchemaObject).pattern).toBe("^[A-Za-z0-9][A-Za-z0-9._-]*$");
+  });
+
+  it("groups the route's codes by status, adds 422 for a body, and uses its tag", () => {
+    const op = operation(document, "/items/{id}", "post");
+    expect(op.tags).toEqual(["items"]);
+    expect(op.security).toBeUndefined();
+    expect(Object.fromEntries(exampleCodes(op))).toEqual({
+      stale_attempt: "409",
+      admission_closed: "409",
+      rollout_id_required: "400",
+      invalid_request: "422",
+    });
+    const health = operation(document, "/health", "get");
+    expect(health.tags).toEqual(["data"]);
+    expect(Object.keys(health.responses ?? {})).toEqual(["200"]);
+    expect(document.paths?.["/ng-rollout/{capture_key}/health"]).toBeUndefined();
+  });
+
+  it("is deterministic", () => {
+    const again = buildOpenApiDocument({ ...CONTROL, controlRoutes: false, routes });
+    expect(JSON.stringify(again)).toBe(JSON.stringify(document));
+  });
+
+  it("names the route when a schema cannot be rendered", () => {
+    const bad: RouteDoc = {
+      method: "post",
+      path: "/bad",
+      summary: "Bad",
+      request: z.strictObject({ when: z.map(z.string(), z.string()) }),
+    };
+    expect(() => buildOpenApiDocument({ ...CONTROL, routes: [...routes, bad] })).toThrow(
+      OpenApiDocumentError,
+    );
+    try {
+      buildOpenApiDocument({ ...CONTROL, routes: [...routes, bad] });
+    } catch (error) {
+      expect((error as OpenApiDocumentError).route).toBe("POST /bad");
+      expect((error as Error).message).toContain("POST /bad");
+    }
+  });
+
+  it("refuses two different schemas under one id instead of documenting one as the other", () => {
+    const twin: RouteDoc = {
+      method: "post",
+      path: "/twin",
+      summary: "Twin",
+      request: z.strictObject({ other: z.string() }).meta({ id: "CheckpointRequest" }),
+    };
+    expect(() => buildOpenApiDocument({ ...CONTROL, routes: [twin] })).toThrow(
+      /POST \/twin: schema id 'CheckpointRequest' names two different schemas/,
+    );
+  });
+
+  it("refuses a route documented twice", () => {
+    expect(() =>
+      buildOpenApiDocument({ ...CONTROL, controlRoutes: false, routes: [routes[1]!, routes[1]!] }),
+    ).toThrow(/GET \/health: the route is documented twice/);
+  });
+});
