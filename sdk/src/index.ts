@@ -111,3 +111,43 @@ export type { RolloutContext } from "./server/rollout-prefix.js";
 // OpenAPI
 export { buildOpenApiDocument } from "./openapi/build-document.js";
 export type { OpenApiOptions } from "./openapi/build-document.js";
+
+// Deployment and the controller side
+export {
+  DeploymentFileSchema,
+  ResolvedDeploymentSchema,
+  SERVER_KINDS,
+} from "./wire/deployment.js";
+export type {
+  DeploymentFile,
+  DeploymentServer,
+  ResolvedDeployment,
+  ResolvedServer,
+  ServerKind,
+} from "./wire/deployment.js";
+export { ServerClient } from "./client/server-client.js";
+export type { CallOptions, CallReply, ServerClientOptions } from "./client/server-client.js";
+export { ServerReplyError, ServerUnreachableError, UnknownServerError } from "./client/errors.js";
+export type { UnreachableReason } from "./client/errors.js";
+export {
+  CoordinationError,
+  PREPARE_ORDER,
+  PrepareResult,
+  RETIRE_ORDER,
+  commit,
+  discover,
+  forget,
+  prepare,
+  renew,
+  restore,
+  resume,
+  retire,
+  status,
+} from "./client/coordination.js";
+export type {
+  CommitOptions,
+  DiscoverOptions,
+  Member,
+  Participants,
+  RestoreOptions,
+} from "./client/coordination.js";

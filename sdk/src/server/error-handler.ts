@@ -27,13 +27,18 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     }
     const parserError = error as BodyParserError;
     if (parserError?.type === "entity.parse.failed") {
-      const invalid = new InvalidRequestError(`the body is not valid JSON: ${parserError.message}`, [
-        { path: [], message: "not valid JSON" },
-      ]);
+      const invalid = new InvalidRequestError(
+        `the body is not valid JSON: ${parserError.message}`,
+        [{ path: [], message: "not valid JSON" }],
+      );
       res.status(invalid.status).json(invalid.toEnvelope());
       return;
     }
-    if (typeof parserError?.type === "string" && parserError.status !== undefined && parserError.status < 500) {
+    if (
+      typeof parserError?.type === "string" &&
+      parserError.status !== undefined &&
+      parserError.status < 500
+    ) {
       const envelope: ErrorEnvelope = {
         error: { code: "invalid_request", detail: `the body was refused: ${parserError.message}` },
       };

@@ -40,7 +40,11 @@ export function rolloutPrefix(): RequestHandler {
       return;
     }
     if ("malformed" in split) {
-      next(EpisodeError.invalidRolloutId(`malformed rollout prefix: ${JSON.stringify(split.captureKey)}`));
+      next(
+        EpisodeError.invalidRolloutId(
+          `malformed rollout prefix: ${JSON.stringify(split.captureKey)}`,
+        ),
+      );
       return;
     }
     let episodeId: EpisodeId;

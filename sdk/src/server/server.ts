@@ -3,11 +3,14 @@ import type { AddressInfo } from "node:net";
 import express, { type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
 import swaggerUi from "swagger-ui-express";
+import { z } from "zod";
+import { ServerClient, type ServerClientOptions } from "../client/server-client.js";
 import { ControlPlane } from "../control/control-plane.js";
 import type { Participant } from "../control/participant.js";
 import { ConfigError } from "../errors.js";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { parseBody } from "../wire/parse.js";
+import type { ResolvedDeployment } from "../wire/deployment.js";
 import type { RouteDoc } from "../wire/route-doc.js";
 import {
   CheckpointSettingsSchema,
@@ -37,6 +40,15 @@ export interface ServerOptions {
   readonly logLevel?: string;
   /** How long `close()` lets in-flight requests finish before cutting them, in ms. @default 10000 */
   readonly shutdownGraceMs?: number;
+  /**
+   * Server-specific settings (the deployment file's `config:`), validated by
+   * {@link Server.configSchema} when the app is built. @default {}
+   */
+  readonly config?: unknown;
+  /** The resolved deployment: where every other server is. @default a deployment of none */
+  readonly deployment?: ResolvedDeployment | null;
+  /** Options of the {@link ServerClient} this server uses to reach others. */
+  readonly client?: ServerClientOptions;
 }
 
 /** Where a listening server can be reached. */
@@ -87,6 +99,12 @@ export class Server {
   readonly logger: Logger;
   readonly shutdownGraceMs: number;
 
+  readonly #rawConfig: unknown;
+  #config: unknown = undefined;
+  #configParsed = false;
+  readonly #deployment: ResolvedDeployment;
+  readonly #clientOptions: ServerClientOptions;
+  #client: ServerClient | null = null;
   #app: Express | null = null;
   #controlPlane: ControlPlane | null = null;
   #http: HttpServer | null = null;
@@ -100,9 +118,55 @@ export class Server {
     }
     this.name = options.name;
     this.checkpointSettings = resolveCheckpointSettings(options.checkpoint);
-    const base = options.logger ?? pino({ level: options.logLevel ?? process.env.LOG_LEVEL ?? "info" });
+    const base =
+      options.logger ?? pino({ level: options.logLevel ?? process.env.LOG_LEVEL ?? "info" });
     this.logger = base.child({ server: options.name });
     this.shutdownGraceMs = options.shutdownGraceMs ?? 10_000;
+    this.#rawConfig = options.config ?? {};
+    this.#deployment = options.deployment ?? {
+      checkpoint: options.checkpoint === undefined ? null : this.checkpointSettings,
+      servers: {},
+    };
+    this.#clientOptions = options.client ?? {};
+  }
+
+  /**
+   * The schema of this server's `config:` settings; null accepts none but `{}`. Override it to
+   * declare settings: they are validated once, when the app is built, and a bad value fails the
+   * start naming the key.
+   */
+  protected configSchema(): z.ZodType | null {
+    return null;
+  }
+
+  /** The validated `config:` settings (see {@link configSchema}). */
+  protected get config(): unknown {
+    if (!this.#configParsed) {
+      const schema = this.configSchema() ?? z.strictObject({});
+      const result = schema.safeParse(this.#rawConfig);
+      if (!result.success) {
+        const problems = result.error.issues
+          .map(
+            (issue) => `config.${issue.path.map(String).join(".") || "(root)"}: ${issue.message}`,
+          )
+          .join("; ");
+        throw new ConfigError(`server ${this.name}: invalid settings: ${problems}`);
+      }
+      this.#config = result.data;
+      this.#configParsed = true;
+    }
+    return this.#config;
+  }
+
+  /** The resolved deployment this server runs in. */
+  get deployment(): ResolvedDeployment {
+    return this.#deployment;
+  }
+
+  /** A client reaching the other servers of the deployment by name (built on first use). */
+  get client(): ServerClient {
+    this.#client ??= new ServerClient(this.#deployment, this.#clientOptions);
+    return this.#client;
   }
 
   /** Whether the `checkpoint:` block enables checkpointing. */
@@ -154,6 +218,7 @@ export class Server {
   }
 
   #build(): Express {
+    void this.config; // validated at startup, before anything is served
     const app = express();
     app.disable("x-powered-by");
     app.use(rolloutPrefix());
@@ -168,7 +233,9 @@ export class Server {
           leaseGraceSeconds: this.checkpointSettings.lease_grace_seconds,
           logger: this.logger,
         });
-        app.use(controlRouter(this.#controlPlane, this.checkpointSettings.control_auth_token ?? ""));
+        app.use(
+          controlRouter(this.#controlPlane, this.checkpointSettings.control_auth_token ?? ""),
+        );
       }
     }
     this.configureApp(app);
@@ -241,6 +308,7 @@ export class Server {
    */
   async close(): Promise<void> {
     this.#controlPlane?.close();
+    await this.#client?.close();
     const http = this.#http;
     if (http === null) {
       this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));

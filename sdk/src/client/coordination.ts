@@ -1,0 +1,477 @@
+/**
+ * Coordination: the functions a training controller calls to checkpoint a deployment
+ * (spec core §9). Each is safe to retry with the same checkpoint ID. Stages run in the contract's
+ * order; within a stage every participant is called at once; each fan-out body is encoded once
+ * and the same bytes go to every participant.
+ *
+ * @see docs/controller.md
+ */
+import { pino, type Logger } from "pino";
+import {
+  captureKey,
+  episodeIdToWire,
+  fromCaptureKey,
+  nextAttempt,
+  type EpisodeId,
+} from "../identity/episode-id.js";
+import { sleep } from "../util/deadline.js";
+import {
+  PARTICIPANT_KINDS,
+  type ForgetReply,
+  type Operation,
+  type ParticipantKind,
+  type PrepareReply,
+  type RenewReply,
+  type ResumeReply,
+  type RetireReply,
+  type StatusReply,
+} from "../wire/control.js";
+import type { CommitReply, RestoreReply } from "../wire/storage.js";
+import { ServerReplyError, ServerUnreachableError } from "./errors.js";
+import type { ServerClient } from "./server-client.js";
+
+/** Prepare order; resume runs it backwards. */
+export const PREPARE_ORDER: readonly ParticipantKind[] = [
+  "environment",
+  "model",
+  "agent",
+  "resources",
+];
+/** Retire and forget order: callers before callees. */
+export const RETIRE_ORDER: readonly (readonly ParticipantKind[])[] = [
+  ["environment"],
+  ["agent"],
+  ["model", "resources"],
+];
+/** Added to the time left before a call's deadline to bound the call itself, in ms. */
+export const CALL_SLACK_MS = 5_000;
+
+/** One participant of a deployment. */
+export interface Member {
+  readonly name: string;
+  readonly kind: ParticipantKind;
+}
+
+/** The participants of a deployment and how to reach them. */
+export interface Participants {
+  readonly client: ServerClient;
+  readonly token: string;
+  /** Sorted by (stage of kind, name). */
+  readonly members: readonly Member[];
+  readonly logger?: Logger;
+}
+
+/** A coordination step failed on some participants; `failures` says what happened on each. */
+export class CoordinationError extends Error {
+  override readonly name = "CoordinationError";
+  constructor(
+    readonly operation: string,
+    /** Server name → description (`HTTP <status> <code> <detail>` for refusals). */
+    readonly failures: Readonly<Record<string, string>>,
+    message?: string,
+  ) {
+    const names = Object.keys(failures).sort();
+    super(
+      message ??
+        `checkpoint ${operation} failed on ${names.length} participant(s): ` +
+          names.map((name) => `${name}: ${failures[name]}`).join("; "),
+    );
+  }
+
+  /** The remote error codes, by server (refusals only). */
+  codes(): Record<string, string> {
+    const codes: Record<string, string> = {};
+    for (const [server, description] of Object.entries(this.failures)) {
+      const match = /^HTTP \d+ (\S+)/.exec(description);
+      if (match?.[1] !== undefined) codes[server] = match[1];
+    }
+    return codes;
+  }
+}
+
+function describeFailure(error: unknown): string {
+  if (error instanceof ServerReplyError)
+    return `HTTP ${error.status} ${error.code} ${error.detail}`;
+  if (error instanceof ServerUnreachableError) return error.message;
+  return error instanceof Error ? error.message : String(error);
+}
+
+function stageIndex(kind: ParticipantKind): number {
+  return PREPARE_ORDER.indexOf(kind);
+}
+
+/** Options of {@link discover}. */
+export interface DiscoverOptions {
+  /** Connection tries per probe, in all. @default 3 */
+  readonly tries?: number;
+  /** Bound on one probe, in ms. @default 60_000 */
+  readonly probeTimeoutMs?: number;
+  /** Fail unless a policy model takes part. @default true */
+  readonly requireModel?: boolean;
+  readonly logger?: Logger;
+}
+
+/**
+ * Finds the participants: probes every server of the deployment except `backend`s with
+ * `GET .../status` over the control pool. 404 means "not a participant" (skipped); a server that
+ * is down, never answers, answers otherwise, or reports an unknown kind fails discovery.
+ */
+export async function discover(
+  client: ServerClient,
+  token: string,
+  options: DiscoverOptions = {},
+): Promise<Participants> {
+  const tries = options.tries ?? 3;
+  const probeTimeoutMs = options.probeTimeoutMs ?? 60_000;
+  const candidates = client.serverNames().filter((name) => client.server(name).kind !== "backend");
+  const failures: Record<string, string> = {};
+  const members: Member[] = [];
+  await Promise.all(
+    candidates.map(async (name) => {
+      const started = Date.now();
+      for (let attempt = 1; ; attempt++) {
+        const left = probeTimeoutMs - (Date.now() - started);
+        try {
+          const status = await client.control<StatusReply>(name, "status", null, {
+            token,
+            timeoutMs: Math.max(1, left),
+          });
+          const kind = status?.kind;
+          if (!(PARTICIPANT_KINDS as readonly string[]).includes(kind)) {
+            failures[name] = `unknown participant kind ${JSON.stringify(kind)}`;
+          } else {
+            members.push({ name, kind: kind as ParticipantKind });
+          }
+          return;
+        } catch (error) {
+          if (error instanceof ServerReplyError && error.status === 404) return;
+          const retry =
+            error instanceof ServerUnreachableError &&
+            error.reason === "connect" &&
+            attempt < tries;
+          if (retry && left > 0) {
+            await sleep(Math.min(250 * attempt, left));
+            continue;
+          }
+          failures[name] =
+            error instanceof ServerUnreachableError && error.reason === "timeout"
+              ? `no status reply within ${Math.round(probeTimeoutMs / 1000)} seconds`
+              : describeFailure(error);
+          return;
+        }
+      }
+    }),
+  );
+  if (Object.keys(failures).length > 0) throw new CoordinationError("discover", failures);
+  if ((options.requireModel ?? true) && !members.some((member) => member.kind === "model")) {
+    throw new CoordinationError("discover", {}, "no policy model takes part in checkpoints");
+  }
+  members.sort(
+    (a, b) =>
+      stageIndex(a.kind) - stageIndex(b.kind) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
+  );
+  return { client, token, members, logger: options.logger };
+}
+
+function encode(body: unknown): Uint8Array {
+  return Buffer.from(JSON.stringify(body), "utf8");
+}
+
+function callTimeoutMs(deadlineTs: number): number {
+  return Math.max(0, deadlineTs * 1000 - Date.now()) + CALL_SLACK_MS;
+}
+
+/** Calls `members` at once with the same bytes; returns replies or throws one CoordinationError. */
+async function fanOut<T>(
+  participants: Participants,
+  members: readonly Member[],
+  operation: Operation,
+  bytes: Uint8Array,
+  deadlineTs: number,
+): Promise<Record<string, T>> {
+  const replies: Record<string, T> = {};
+  const failures: Record<string, string> = {};
+  await Promise.all(
+    members.map(async (member) => {
+      try {
+        replies[member.name] = await participants.client.control<T>(member.name, operation, bytes, {
+          token: participants.token,
+          timeoutMs: callTimeoutMs(deadlineTs),
+        });
+      } catch (error) {
+        failures[member.name] = describeFailure(error);
+      }
+    }),
+  );
+  if (Object.keys(failures).length > 0) throw new CoordinationError(operation, failures);
+  return replies;
+}
+
+function byKinds(participants: Participants, kinds: readonly ParticipantKind[]): Member[] {
+  return participants.members.filter((member) => kinds.includes(member.kind));
+}
+
+/** The outcome of a staged prepare. */
+export class PrepareResult {
+  constructor(
+    /** Whether every stage reached `prepared`. */
+    readonly prepared: boolean,
+    /** Server name → prepare reply, for every stage contacted. */
+    readonly replies: Readonly<Record<string, PrepareReply>>,
+  ) {}
+
+  /** Server name → blockers, for replies not `prepared`. */
+  blockers(): Record<string, string[]> {
+    const blockers: Record<string, string[]> = {};
+    for (const [name, reply] of Object.entries(this.replies)) {
+      if (reply.phase !== "prepared") blockers[name] = reply.report.blockers;
+    }
+    return blockers;
+  }
+
+  /** Every episode any participant reported as a restart. */
+  restarts(): EpisodeId[] {
+    const keys = new Set<string>();
+    for (const reply of Object.values(this.replies))
+      for (const key of reply.report.restarts) keys.add(key);
+    return [...keys].sort().map(fromCaptureKey);
+  }
+
+  /** The commit scope: `episodes` minus the restarts, order kept. */
+  continued(episodes: readonly EpisodeId[]): EpisodeId[] {
+    const restarts = new Set(this.restarts().map(captureKey));
+    return episodes.filter((episode) => !restarts.has(captureKey(episode)));
+  }
+}
+
+/**
+ * Prepares stage by stage (environment, model, agent, resources). Stops after the first stage
+ * with a participant not `prepared`; later stages are not contacted. Each later stage's body
+ * carries the restarts reported by every earlier stage, only when there are any.
+ */
+export async function prepare(
+  participants: Participants,
+  checkpointId: string,
+  deadlineTs: number,
+): Promise<PrepareResult> {
+  const replies: Record<string, PrepareReply> = {};
+  const restarts = new Set<string>();
+  for (const kind of PREPARE_ORDER) {
+    const stage = byKinds(participants, [kind]);
+    if (stage.length === 0) continue;
+    const body: Record<string, unknown> = { checkpoint_id: checkpointId, deadline_ts: deadlineTs };
+    if (restarts.size > 0) body.restarts = [...restarts].sort();
+    const stageReplies = await fanOut<PrepareReply>(
+      participants,
+      stage,
+      "prepare",
+      encode(body),
+      deadlineTs,
+    );
+    Object.assign(replies, stageReplies);
+    for (const reply of Object.values(stageReplies))
+      for (const key of reply.report.restarts) restarts.add(key);
+    if (Object.values(stageReplies).some((reply) => reply.phase !== "prepared")) {
+      return new PrepareResult(false, replies);
+    }
+  }
+  return new PrepareResult(true, replies);
+}
+
+/** Extends every participant's lease to `deadlineTs` plus its grace. */
+export async function renew(
+  participants: Participants,
+  checkpointId: string,
+  deadlineTs: number,
+): Promise<Record<string, RenewReply>> {
+  const bytes = encode({ checkpoint_id: checkpointId, deadline_ts: deadlineTs });
+  return await fanOut(participants, participants.members, "renew", bytes, deadlineTs);
+}
+
+/** What {@link commit} writes. */
+export interface CommitOptions {
+  readonly checkpointId: string;
+  readonly checkpointDir: string;
+  /** Every continued episode (build it with `PrepareResult.continued`); null: everything live. */
+  readonly episodeIds: readonly EpisodeId[] | null;
+  readonly deadlineTs: number;
+  /** The controller stops after this checkpoint instead of resuming. @default false */
+  readonly stop?: boolean;
+}
+
+/** Commits on every participant at once. */
+export async function commit(
+  participants: Participants,
+  options: CommitOptions,
+): Promise<Record<string, CommitReply>> {
+  const body: Record<string, unknown> = {
+    checkpoint_id: options.checkpointId,
+    deadline_ts: options.deadlineTs,
+    checkpoint_dir: options.checkpointDir,
+    episode_ids: options.episodeIds === null ? null : options.episodeIds.map(episodeIdToWire),
+  };
+  if (options.stop === true) body.stop = true;
+  return await fanOut(
+    participants,
+    participants.members,
+    "commit",
+    encode(body),
+    options.deadlineTs,
+  );
+}
+
+/** What {@link restore} installs. */
+export interface RestoreOptions {
+  readonly checkpointId: string;
+  readonly checkpointDir: string;
+  /** The checkpointed attempts to continue (not the replacements). */
+  readonly episodeIds: readonly EpisodeId[];
+  readonly deadlineTs: number;
+}
+
+/**
+ * Restores on every participant at once, all or nothing: on failure the replacement attempts
+ * are retired everywhere and everyone is resumed (both only logged when they fail), then the
+ * restore's own error is raised.
+ */
+export async function restore(
+  participants: Participants,
+  options: RestoreOptions,
+): Promise<Record<string, RestoreReply>> {
+  const body = {
+    checkpoint_id: options.checkpointId,
+    deadline_ts: options.deadlineTs,
+    checkpoint_dir: options.checkpointDir,
+    episode_ids: options.episodeIds.map(episodeIdToWire),
+  };
+  try {
+    return await fanOut(
+      participants,
+      participants.members,
+      "restore",
+      encode(body),
+      options.deadlineTs,
+    );
+  } catch (error) {
+    const log = participants.logger ?? pino({ level: "silent" });
+    const cleanupDeadline = Math.max(options.deadlineTs, Date.now() / 1000 + 30);
+    try {
+      await retire(
+        participants,
+        options.checkpointId,
+        options.episodeIds.map(nextAttempt),
+        cleanupDeadline,
+      );
+    } catch (cleanupError) {
+      log.error({ err: cleanupError }, "retiring the replacements of a failed restore failed");
+    }
+    try {
+      await resume(participants, options.checkpointId, cleanupDeadline);
+    } catch (cleanupError) {
+      log.error({ err: cleanupError }, "resuming after a failed restore failed");
+    }
+    throw error;
+  }
+}
+
+/**
+ * Resumes in reverse stage order. A failing stage does not stop later ones (an unreachable
+ * participant resumes on its own when its lease expires); failures are reported together.
+ */
+export async function resume(
+  participants: Participants,
+  checkpointId: string,
+  deadlineTs: number,
+): Promise<Record<string, ResumeReply>> {
+  const bytes = encode({ checkpoint_id: checkpointId, deadline_ts: deadlineTs });
+  const replies: Record<string, ResumeReply> = {};
+  const failures: Record<string, string> = {};
+  for (const kind of [...PREPARE_ORDER].reverse()) {
+    const stage = byKinds(participants, [kind]);
+    if (stage.length === 0) continue;
+    try {
+      Object.assign(
+        replies,
+        await fanOut<ResumeReply>(participants, stage, "resume", bytes, deadlineTs),
+      );
+    } catch (error) {
+      if (!(error instanceof CoordinationError)) throw error;
+      Object.assign(failures, error.failures);
+    }
+  }
+  if (Object.keys(failures).length > 0) throw new CoordinationError("resume", failures);
+  return replies;
+}
+
+/** Retires attempts everywhere, callers first. No call when the list is empty. */
+export async function retire(
+  participants: Participants,
+  checkpointId: string,
+  episodeIds: readonly EpisodeId[],
+  deadlineTs: number,
+): Promise<Record<string, RetireReply>> {
+  if (episodeIds.length === 0) return {};
+  const bytes = encode({
+    checkpoint_id: checkpointId,
+    deadline_ts: deadlineTs,
+    episode_ids: episodeIds.map(episodeIdToWire),
+  });
+  const replies: Record<string, RetireReply> = {};
+  for (const kinds of RETIRE_ORDER) {
+    const stage = byKinds(participants, kinds);
+    if (stage.length > 0)
+      Object.assign(replies, await fanOut(participants, stage, "retire", bytes, deadlineTs));
+  }
+  return replies;
+}
+
+/** Forgets finished rollouts everywhere, callers first. No call when the list is empty. */
+export async function forget(
+  participants: Participants,
+  checkpointId: string,
+  rolloutIds: readonly string[],
+  deadlineTs: number,
+): Promise<Record<string, ForgetReply>> {
+  const unique = [...new Set(rolloutIds)].sort();
+  if (unique.length === 0) return {};
+  const bytes = encode({
+    checkpoint_id: checkpointId,
+    deadline_ts: deadlineTs,
+    rollout_ids: unique,
+  });
+  const replies: Record<string, ForgetReply> = {};
+  for (const kinds of RETIRE_ORDER) {
+    const stage = byKinds(participants, kinds);
+    if (stage.length > 0)
+      Object.assign(replies, await fanOut(participants, stage, "forget", bytes, deadlineTs));
+  }
+  return replies;
+}
+
+/** Every participant's status, by server name. */
+export async function status(
+  participants: Participants,
+  timeoutMs = 60_000,
+): Promise<Record<string, StatusReply>> {
+  const replies: Record<string, StatusReply> = {};
+  const failures: Record<string, string> = {};
+  await Promise.all(
+    participants.members.map(async (member) => {
+      try {
+        replies[member.name] = await participants.client.control<StatusReply>(
+          member.name,
+          "status",
+          null,
+          {
+            token: participants.token,
+            timeoutMs,
+          },
+        );
+      } catch (error) {
+        failures[member.name] = describeFailure(error);
+      }
+    }),
+  );
+  if (Object.keys(failures).length > 0) throw new CoordinationError("status", failures);
+  return replies;
+}

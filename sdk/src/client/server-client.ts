@@ -1,0 +1,292 @@
+import { Agent, type Dispatcher } from "undici";
+import { ConfigError } from "../errors.js";
+import { captureKey, type EpisodeId } from "../identity/episode-id.js";
+import { rolloutPath } from "../identity/rollout-prefix.js";
+import { CONTROL_PREFIX, type Operation } from "../wire/control.js";
+import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
+import {
+  ServerReplyError,
+  ServerUnreachableError,
+  UnknownServerError,
+  type UnreachableReason,
+} from "./errors.js";
+
+/** Options of a {@link ServerClient}; resolved and validated once at construction. */
+export interface ServerClientOptions {
+  /**
+   * Connections per server for data calls (model, resources, agent, `/run`). 0 means no limit.
+   * @default 0
+   */
+  readonly dataConnectionsPerServer?: number;
+  /**
+   * Connections per server reserved for control calls, so data calls parked during a checkpoint
+   * can never starve prepare, commit or resume. 0 means no limit.
+   * @default 16
+   */
+  readonly controlConnectionsPerServer?: number;
+  /** Bound on a data call without its own `timeoutMs`, in ms. @default 3_600_000 (one hour) */
+  readonly dataTimeoutMs?: number;
+  /** Bound on establishing a connection, in ms. @default 10_000 */
+  readonly connectTimeoutMs?: number;
+}
+
+interface CompiledOptions {
+  readonly dataConnectionsPerServer: number;
+  readonly controlConnectionsPerServer: number;
+  readonly dataTimeoutMs: number;
+  readonly connectTimeoutMs: number;
+}
+
+function compile(options: ServerClientOptions): CompiledOptions {
+  const compiled = {
+    dataConnectionsPerServer: options.dataConnectionsPerServer ?? 0,
+    controlConnectionsPerServer: options.controlConnectionsPerServer ?? 16,
+    dataTimeoutMs: options.dataTimeoutMs ?? 3_600_000,
+    connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
+  };
+  for (const [name, value] of Object.entries(compiled)) {
+    const positive = name.endsWith("Ms");
+    if (!Number.isSafeInteger(value) || value < 0 || (positive && value === 0)) {
+      throw new ConfigError(
+        `ServerClient option ${name} must be an integer ${positive ? "> 0" : ">= 0 (0: no limit)"}, got ${value}`,
+      );
+    }
+  }
+  return compiled;
+}
+
+/** Options of one data call. */
+export interface CallOptions {
+  /**
+   * The rollout the call is made for. With checkpointing on, the call goes to
+   * `/ng-rollout/<capture key>/<path>`, so the callee can fence and track it.
+   */
+  readonly rollout?: EpisodeId | string | null;
+  /** Bound on the whole call, in ms. @default the client's `dataTimeoutMs` */
+  readonly timeoutMs?: number;
+  /** Cancels the call. */
+  readonly signal?: AbortSignal;
+  /** Extra request headers. */
+  readonly headers?: Record<string, string>;
+}
+
+/** A reply: status, headers and the parsed JSON body. */
+export interface CallReply<T> {
+  readonly status: number;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly body: T;
+}
+
+/**
+ * Calls the servers of a deployment by name. Data calls and control calls use separate
+ * connection pools (undici agents): data calls that a checkpoint parks hold only data
+ * connections. Every call is bounded; a non-2xx reply becomes a {@link ServerReplyError} with the
+ * remote error code; a failure to connect or a lost connection a {@link ServerUnreachableError}.
+ * Nothing is retried after a request was sent, so a `/run` is never sent twice.
+ *
+ * @example
+ * const client = new ServerClient(deployment);
+ * const reply = await client.post("counter", "/increment", { by: 1 }, { rollout: "task-3-a1" });
+ *
+ * @see docs/controller.md
+ */
+export class ServerClient {
+  readonly deployment: ResolvedDeployment;
+  readonly options: CompiledOptions;
+  readonly #data: Agent;
+  readonly #control: Agent;
+
+  constructor(deployment: ResolvedDeployment, options: ServerClientOptions = {}) {
+    this.deployment = deployment;
+    this.options = compile(options);
+    const connect = { timeout: this.options.connectTimeoutMs };
+    this.#data = new Agent({
+      connections: this.options.dataConnectionsPerServer || null,
+      connect,
+    });
+    this.#control = new Agent({
+      connections: this.options.controlConnectionsPerServer || null,
+      connect,
+    });
+  }
+
+  /** Whether the deployment's `checkpoint:` block enables checkpointing. */
+  get checkpointEnabled(): boolean {
+    return this.deployment.checkpoint?.enabled === true;
+  }
+
+  /** The server names, sorted. */
+  serverNames(): string[] {
+    return Object.keys(this.deployment.servers).sort();
+  }
+
+  /** A server's entry, or {@link UnknownServerError}. */
+  server(name: string): ResolvedServer {
+    const entry = this.deployment.servers[name];
+    if (entry === undefined) throw new UnknownServerError(name, this.serverNames());
+    return entry;
+  }
+
+  /** The path a data call is sent to: prefixed with the rollout when checkpointing is on. */
+  dataPath(path: string, rollout: EpisodeId | string | null | undefined): string {
+    const normalized = path.startsWith("/") ? path : `/${path}`;
+    if (!this.checkpointEnabled || rollout === null || rollout === undefined) return normalized;
+    return rolloutPath(typeof rollout === "string" ? rollout : captureKey(rollout), normalized);
+  }
+
+  /** POSTs JSON to a server's data route and returns the parsed reply body. */
+  async post<T = unknown>(
+    server: string,
+    path: string,
+    body: unknown,
+    options: CallOptions = {},
+  ): Promise<T> {
+    return (await this.postWithReply<T>(server, path, body, options)).body;
+  }
+
+  /** Like {@link post}, also returning status and headers (e.g. seed-reply headers). */
+  async postWithReply<T = unknown>(
+    server: string,
+    path: string,
+    body: unknown,
+    options: CallOptions = {},
+  ): Promise<CallReply<T>> {
+    return await this.#call<T>(this.#data, server, "POST", this.dataPath(path, options.rollout), {
+      body: JSON.stringify(body ?? null),
+      timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+      signal: options.signal,
+      headers: options.headers,
+    });
+  }
+
+  /** GETs a server's data route and returns the parsed reply body. */
+  async get<T = unknown>(server: string, path: string, options: CallOptions = {}): Promise<T> {
+    const reply = await this.#call<T>(
+      this.#data,
+      server,
+      "GET",
+      this.dataPath(path, options.rollout),
+      {
+        body: null,
+        timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+        signal: options.signal,
+        headers: options.headers,
+      },
+    );
+    return reply.body;
+  }
+
+  /**
+   * Sends one control operation over the reserved control pool. `body` is the already-encoded
+   * JSON (coordination encodes a fan-out body once and sends the same bytes everywhere).
+   */
+  async control<T = unknown>(
+    server: string,
+    operation: Operation,
+    body: Uint8Array | null,
+    options: { token: string; timeoutMs: number; signal?: AbortSignal },
+  ): Promise<T> {
+    const reply = await this.#call<T>(
+      this.#control,
+      server,
+      operation === "status" ? "GET" : "POST",
+      `${CONTROL_PREFIX}/${operation}`,
+      {
+        body,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        headers: { authorization: `Bearer ${options.token}` },
+      },
+    );
+    return reply.body;
+  }
+
+  /** Closes both pools. */
+  async close(): Promise<void> {
+    await Promise.all([this.#data.close(), this.#control.close()]);
+  }
+
+  async #call<T>(
+    agent: Agent,
+    server: string,
+    method: "GET" | "POST",
+    path: string,
+    call: {
+      body: string | Uint8Array | null;
+      timeoutMs: number;
+      signal: AbortSignal | undefined;
+      headers: Record<string, string> | undefined;
+    },
+  ): Promise<CallReply<T>> {
+    const origin = new URL(this.server(server).url).origin;
+    const timeout = AbortSignal.timeout(call.timeoutMs);
+    const signal = call.signal === undefined ? timeout : AbortSignal.any([timeout, call.signal]);
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await agent.request({
+        origin,
+        path,
+        method,
+        signal,
+        headers: {
+          ...(call.body === null ? {} : { "content-type": "application/json" }),
+          ...call.headers,
+        },
+        body: call.body,
+        // The whole-call bound is the signal; undici's own timers would cut long generations.
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+    } catch (error) {
+      throw new ServerUnreachableError(server, method, path, unreachableReason(error, timeout), {
+        cause: error,
+      });
+    }
+    let text: string;
+    try {
+      text = await response.body.text();
+    } catch (error) {
+      throw new ServerUnreachableError(server, method, path, unreachableReason(error, timeout), {
+        cause: error,
+      });
+    }
+    const parsed = parseJson(text);
+    if (response.statusCode < 200 || response.statusCode >= 300) {
+      const envelope = (parsed as { error?: { code?: unknown; detail?: unknown } } | undefined)
+        ?.error;
+      const code =
+        typeof envelope?.code === "string" ? envelope.code : `http_${response.statusCode}`;
+      const detail =
+        typeof envelope?.detail === "string"
+          ? envelope.detail
+          : text.slice(0, 500) || "(empty body)";
+      throw new ServerReplyError(server, method, path, response.statusCode, code, detail);
+    }
+    return { status: response.statusCode, headers: response.headers, body: parsed as T };
+  }
+}
+
+function parseJson(text: string): unknown {
+  if (text.length === 0) return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+function unreachableReason(error: unknown, timeout: AbortSignal): UnreachableReason {
+  if (timeout.aborted) return "timeout";
+  const code = (error as { code?: string }).code ?? "";
+  const name = (error as { name?: string }).name ?? "";
+  if (name === "AbortError" || code === "UND_ERR_ABORTED") return "aborted";
+  if (
+    code === "ECONNREFUSED" ||
+    code === "UND_ERR_CONNECT_TIMEOUT" ||
+    code === "ENOTFOUND" ||
+    code === "EHOSTUNREACH"
+  ) {
+    return "connect";
+  }
+  return "connection_lost";
+}
