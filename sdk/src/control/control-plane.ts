@@ -10,7 +10,14 @@ import {
 } from "../identity/episode-id.js";
 import { readCheckpoint } from "../store/records-reader.js";
 import { RecordsWriter } from "../store/records-writer.js";
-import { awaitUntil, forEachConcurrently, msUntil, nowTs, sleep } from "../util/deadline.js";
+import {
+  awaitUntil,
+  deadlineSignal,
+  forEachConcurrently,
+  msUntil,
+  nowTs,
+  sleep,
+} from "../util/deadline.js";
 import { Mutex } from "../util/mutex.js";
 import {
   CheckpointRequestSchema,
@@ -45,8 +52,6 @@ export const LEASE_REOPEN_SECONDS = 30;
 export const STOP_CONCURRENCY = 16;
 /** A waiting prepare re-checks readiness at least this often (ms) even without a notification. */
 const READINESS_POLL_MS = 1000;
-
-
 
 /** Options of a {@link ControlPlane}, resolved once at construction. */
 export interface ControlPlaneOptions {
@@ -293,6 +298,9 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     const written = await awaitUntil(write.writeTask, deadline);
     if (!written.done) throw CheckpointError.deadline("the write of the records");
     const manifest = written.value;
+    // A resume that stopped this write after it published must not be followed by deletions
+    // of restored state (a replacement may start as that attempt) or by parking.
+    if (write.writer.stopped) throw CheckpointError.stale(id);
 
     if (request.episode_ids !== null) {
       write.cleanupTask ??= this.#startCleanup(write, request.episode_ids);
@@ -301,6 +309,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
 
     if (request.stop) {
+      if (write.writer.stopped) throw CheckpointError.stale(id);
       const parked = await awaitUntil(
         this.participant.parkExported(records).catch((error: unknown) => {
           this.#log.warn({ err: error, checkpointId: id }, "park_exported failed");
@@ -340,7 +349,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#fence(id, ["idle"], "restore");
       // The replaced attempts are refused everywhere from now on, before any bounded work.
       this.participant.markRetired(request.episode_ids);
-      const generation = ++this.#restoreGeneration;
       const deadline = request.deadline_ts;
 
       const reading = readCheckpoint({
@@ -356,10 +364,17 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const { manifest, records } = read.value;
 
       if (this.#install !== null) {
-        const previous = await awaitUntil(this.#install, deadline);
+        // Its outcome is not ours: a failed earlier install must not fail this restore.
+        const previous = await awaitUntil(
+          this.#install.catch(() => undefined),
+          deadline,
+        );
         if (!previous.done) throw CheckpointError.deadline("a previous install");
       }
 
+      // This restore takes over only from here: one that failed before closing admission
+      // must not cancel the deferred reopen of an earlier failed restore.
+      const generation = ++this.#restoreGeneration;
       try {
         await this.participant.closeAdmission(request);
         await this.participant.restoreManifest(manifest);
@@ -376,7 +391,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         const installed = await awaitUntil(tracked, deadline);
         if (!installed.done) throw CheckpointError.deadline("the install");
       } catch (error) {
-        this.#reopenAfterFailedRestore(generation);
+        await this.#reopenAfterFailedRestore(generation);
         throw error;
       }
 
@@ -402,6 +417,14 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (this.#resumedIds.has(id)) return { phase: "idle", idempotent: true };
       if (this.#phase === "idle" && this.#checkpointId === null) {
         if (this.#pendingReopen) {
+          // A failed restore's install may still run: admission reopens only after it ends.
+          if (this.#install !== null) {
+            const installed = await awaitUntil(
+              this.#install.catch(() => undefined),
+              request.deadline_ts,
+            );
+            if (!installed.done) throw CheckpointError.deadline("a previous install");
+          }
           await this.participant.openAdmission();
           this.#pendingReopen = false;
           this.#rememberResumed(id);
@@ -424,10 +447,14 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       // Raised before any bounded work and kept even if the retire then fails.
       this.participant.markRetired(request.episode_ids);
       const deadline = request.deadline_ts;
-      const controller = new AbortController();
-      const timer = setTimeout(
-        () => controller.abort(CheckpointError.deadline("the retire")),
-        msUntil(deadline),
+      // Capped and unref'd: a far deadline must not overflow the timer and abort at once.
+      // `cutShort` aborts the stops explicitly when the bounded wait gives up, whichever of
+      // the two timers fires first.
+      const cutShort = new AbortController();
+      const { signal, dispose } = deadlineSignal(
+        deadline,
+        () => CheckpointError.deadline("the retire"),
+        cutShort.signal,
       );
       try {
         const work = (async () => {
@@ -435,17 +462,18 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
           await forEachConcurrently(
             latestPerRollout(request.episode_ids),
             STOP_CONCURRENCY,
-            async (episode) => await this.participant.retire(episode, controller.signal),
+            async (episode) => await this.participant.retire(episode, signal),
           );
         })();
         swallow(work);
         const done = await awaitUntil(work, deadline);
         if (!done.done) {
-          controller.abort(CheckpointError.deadline("the retire"));
-          throw CheckpointError.deadline("the retire");
+          const error = CheckpointError.deadline("the retire");
+          cutShort.abort(error);
+          throw error;
         }
       } finally {
-        clearTimeout(timer);
+        dispose();
         this.participant.notify();
       }
       return { retired_count: request.episode_ids.length };
@@ -543,6 +571,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   async #abandonPrepare(): Promise<void> {
     try {
       await this.participant.openAdmission();
+      this.#pendingReopen = false;
     } catch (error) {
       this.#log.error({ err: error }, "reopening admission after a failed prepare failed");
     }
@@ -649,6 +678,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
     this.#write = null;
     await this.participant.openAdmission();
+    // Admission is open again: a reopen left pending by an earlier failed restore is done.
+    this.#pendingReopen = false;
     this.#rememberResumed(id);
     this.#results.delete(id);
     this.#phase = "idle";
@@ -658,8 +689,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.#log.info({ checkpointId: id }, "checkpoint resumed");
   }
 
-  /** After a failed restore: reopen now, or once a still-running install ends. */
-  #reopenAfterFailedRestore(generation: number): void {
+  /**
+   * After a failed restore: reopen now (before the restore replies, so a failure is pending
+   * for the next resume), or once a still-running install ends.
+   */
+  async #reopenAfterFailedRestore(generation: number): Promise<void> {
     const reopen = async (): Promise<void> => {
       try {
         await this.participant.openAdmission();
@@ -671,7 +705,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     };
     const installing = this.#install;
     if (installing === null) {
-      swallow(reopen());
+      await reopen();
       return;
     }
     this.#pendingReopen = true;
@@ -680,7 +714,9 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         .catch(() => undefined)
         .then(() =>
           this.#lock.runExclusive(async () => {
+            // A resume may have reopened meanwhile (it waits for the install too).
             const stillOurs =
+              this.#pendingReopen &&
               this.#restoreGeneration === generation &&
               this.#phase === "idle" &&
               this.#checkpointId === null;
