@@ -15,7 +15,8 @@ export function participantDir(location: ParticipantLocation): string {
     ["kind", location.kind],
     ["instance", location.instance],
   ] as const) {
-    if (!SAFE_ID_PATTERN.test(name)) {
+    // `test` would coerce a non-string (e.g. `undefined` passes as "undefined").
+    if (typeof name !== "string" || !SAFE_ID_PATTERN.test(name)) {
       throw new CheckpointStateError(
         `participant ${what} ${JSON.stringify(name)} is not a safe path component`,
       );

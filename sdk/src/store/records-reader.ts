@@ -118,6 +118,14 @@ function selectRecord<R extends RecordBase>(line: string, request: ReadRequest<R
   return parsed.data;
 }
 
+/**
+ * A manifest value in a detail. `String()` would throw on a parsed object such as
+ * `{"toString": 1}`, turning a corrupt manifest into an untyped error.
+ */
+function shown(value: unknown): string {
+  return typeof value === "string" ? value : (JSON.stringify(value) ?? "nothing");
+}
+
 async function readManifest(dir: string, location: ParticipantLocation): Promise<Manifest> {
   const manifestPath = path.join(dir, MANIFEST_FILE);
   let text: string;
@@ -145,7 +153,7 @@ async function readManifest(dir: string, location: ParticipantLocation): Promise
   }
   if (m.kind !== location.kind || m.instance !== location.instance) {
     throw corrupt(
-      `${manifestPath} belongs to ${String(m.kind)}/${String(m.instance)}, not ${location.kind}/${location.instance}`,
+      `${manifestPath} belongs to ${shown(m.kind)}/${shown(m.instance)}, not ${location.kind}/${location.instance}`,
     );
   }
   if (typeof m.checkpoint_id !== "string") throw corrupt(`${manifestPath} names no checkpoint`);

@@ -4,7 +4,7 @@ import path from "node:path";
 import { CheckpointStateError } from "../errors.js";
 import { captureKey } from "../identity/episode-id.js";
 import { Mutex } from "../util/mutex.js";
-import { encodeJson, NotJsonError } from "../wire/json-value.js";
+import { encodeJson } from "../wire/json-value.js";
 import { MANIFEST_SCHEMA_VERSION, type Manifest, type RecordBase } from "../wire/storage.js";
 import { fsyncDir } from "./fs-sync.js";
 import { sameManifest, serializeManifest } from "./manifest-json.js";
@@ -36,9 +36,10 @@ function ioError(dir: string, error: unknown): CheckpointStateError {
  * Writes one participant's records and manifest for one checkpoint (spec core §7.4).
  *
  * Records are encoded and streamed one at a time into a hidden temporary file while their
- * SHA-256 is computed; the file is fsynced, renamed to `records-<sha256>.jsonl`, the directories
- * up to `checkpoint_dir` are fsynced, and the manifest is created exclusively, last. A directory
- * with a manifest never changes.
+ * SHA-256 is computed; the file is fsynced, the directories `<kind>`, `gym` and `checkpoint_dir`
+ * are fsynced, then (under the publication lock) the file is renamed to
+ * `records-<sha256>.jsonl`, the manifest is created exclusively, last, and the participant
+ * directory is fsynced. A directory with a manifest never changes.
  *
  * ## Stopping
  * {@link stop} takes the publication lock: it waits only for a publication already under way,
@@ -88,8 +89,11 @@ export class RecordsWriter {
         records_sha256: sha256,
         record_count: count,
       };
+      // Serialized before anything is published: extras that are not JSON fail here, with
+      // nothing renamed into the directory.
+      const manifestText = manifestTextOf(manifest);
       await this.#fsyncParents(dir);
-      const outcome = await this.#publish(dir, tmpPath, manifest);
+      const outcome = await this.#publish(dir, tmpPath, manifest, manifestText);
       published = true;
       return outcome;
     } finally {
@@ -125,13 +129,13 @@ export class RecordsWriter {
         batchBytes += line.length;
         if (batchBytes >= WRITE_BATCH_BYTES) {
           await inFlight;
-          inFlight = handle.writev(batch);
+          inFlight = writeFully(handle, batch, batchBytes);
           batch = [];
           batchBytes = 0;
         }
       }
       await inFlight;
-      if (batch.length > 0) await handle.writev(batch);
+      if (batch.length > 0) await writeFully(handle, batch, batchBytes);
       await handle.sync();
     } catch (error) {
       await inFlight.catch(() => undefined);
@@ -164,7 +168,12 @@ export class RecordsWriter {
     }
   }
 
-  async #publish(dir: string, tmpPath: string, manifest: Manifest): Promise<Manifest> {
+  async #publish(
+    dir: string,
+    tmpPath: string,
+    manifest: Manifest,
+    manifestText: string,
+  ): Promise<Manifest> {
     return await this.#publication.runExclusive(async () => {
       this.#checkNotStopped();
       const recordsPath = path.join(dir, manifest.records_file);
@@ -172,7 +181,7 @@ export class RecordsWriter {
       let created: boolean;
       try {
         await rename(tmpPath, recordsPath);
-        created = await createExclusively(dir, manifestPath, serializeManifest(manifest));
+        created = await createExclusively(dir, manifestPath, manifestText);
       } catch (error) {
         throw ioError(dir, error);
       }
@@ -185,7 +194,7 @@ export class RecordsWriter {
         return manifest;
       }
       const existing = await readExistingManifest(manifestPath, dir);
-      if (existing !== null && sameManifest(existing, manifest)) return existing as Manifest;
+      if (existing !== null && isSameManifest(existing, manifest)) return existing as Manifest;
       if (existing?.records_file !== manifest.records_file) {
         await unlink(recordsPath).catch(() => undefined);
       }
@@ -202,15 +211,41 @@ export function encodeRecordLine(record: RecordBase): string {
   try {
     return encodeJson(record) + "\n";
   } catch (error) {
-    if (error instanceof NotJsonError) {
-      const key = safeKey(record);
-      throw new CheckpointStateError(
-        `checkpoint record of episode '${key}' is not JSON: ${error.message}`,
-        key,
-        { cause: error },
-      );
-    }
-    throw error;
+    // Not only NotJsonError: a getter or proxy trap that throws while the record is walked
+    // also makes the record unwritable, and the refusal must still name its episode.
+    const key = safeKey(record);
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new CheckpointStateError(
+      `checkpoint record of episode '${key}' is not JSON: ${reason}`,
+      key,
+      { cause: error },
+    );
+  }
+}
+
+/** The manifest's text; extras that standard JSON cannot hold fail the commit (422). */
+function manifestTextOf(manifest: Manifest): string {
+  try {
+    return serializeManifest(manifest);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new CheckpointStateError(
+      `the manifest of checkpoint '${String(manifest.checkpoint_id)}' is not JSON (check manifestExtra): ${reason}`,
+      null,
+      { cause: error },
+    );
+  }
+}
+
+/** Writes every byte of `buffers`: `writev` may write fewer bytes than asked without failing. */
+async function writeFully(handle: FileHandle, buffers: Buffer[], total: number): Promise<void> {
+  const { bytesWritten } = await handle.writev(buffers);
+  if (bytesWritten >= total) return;
+  let rest = Buffer.concat(buffers).subarray(bytesWritten);
+  while (rest.length > 0) {
+    const { bytesWritten: n } = await handle.write(rest);
+    if (n <= 0) throw new Error("the file accepted no more bytes");
+    rest = rest.subarray(n);
   }
 }
 
@@ -229,8 +264,16 @@ async function createExclusively(dir: string, target: string, content: string): 
   try {
     await handle.writeFile(content, "utf8");
     await handle.sync();
-  } finally {
+  } catch (error) {
+    await handle.close().catch(() => undefined);
+    await unlink(tmp).catch(() => undefined);
+    throw error;
+  }
+  try {
     await handle.close();
+  } catch (error) {
+    await unlink(tmp).catch(() => undefined);
+    throw error;
   }
   try {
     await link(tmp, target);
@@ -240,6 +283,15 @@ async function createExclusively(dir: string, target: string, content: string): 
     throw error;
   } finally {
     await unlink(tmp).catch(() => undefined);
+  }
+}
+
+/** Field-by-field equality; a foreign manifest too deep to compare is simply different. */
+function isSameManifest(existing: Record<string, unknown>, ours: Manifest): boolean {
+  try {
+    return sameManifest(existing, ours);
+  } catch {
+    return false;
   }
 }
 
