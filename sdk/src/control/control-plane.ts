@@ -77,7 +77,7 @@ interface WriteState<R extends RecordBase> {
   failed: string | null;
   readonly exportAbort: AbortController;
   exportTask: Promise<R[]> | null;
-  readonly writer: RecordsWriter;
+  writer: RecordsWriter;
   writeTask: Promise<Manifest> | null;
   cleanupTask: Promise<void> | null;
   cleanupRunning: boolean;
@@ -595,6 +595,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       }
       return write;
     }
+    const target = {
+      checkpointDir: request.checkpoint_dir,
+      kind: this.participant.kind,
+      instance: this.instance,
+      checkpointId: id,
+    };
     const newWrite: WriteState<R> = {
       checkpointId: id,
       dir: request.checkpoint_dir,
@@ -602,13 +608,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       failed: null,
       exportAbort: new AbortController(),
       exportTask: null,
-      writer: new RecordsWriter({
-        checkpointDir: request.checkpoint_dir,
-        kind: this.participant.kind,
-        instance: this.instance,
-        checkpointId: id,
-        manifestExtra: this.participant.manifestExtra(),
-      }),
+      writer: new RecordsWriter(target),
       writeTask: null,
       cleanupTask: null,
       cleanupRunning: false,
@@ -623,6 +623,17 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const restarts = new Set(this.participant.readiness().restarts);
       const offending = sortedCaptureKeys(request.episode_ids).filter((key) => restarts.has(key));
       if (offending.length > 0) throw CheckpointError.restartInScope(offending);
+    }
+    // Manifest extras belong to the same cut as the records: taken once, with the export.
+    try {
+      newWrite.writer = new RecordsWriter({
+        ...target,
+        manifestExtra: this.participant.manifestExtra(),
+      });
+    } catch (error) {
+      newWrite.failed = `its manifest extras failed: ${describe(error)}`;
+      this.#write = newWrite;
+      throw CheckpointError.exportFailed(id, newWrite.failed);
     }
     const scope = request.episode_ids;
     newWrite.exportTask = this.participant

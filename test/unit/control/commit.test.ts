@@ -153,6 +153,18 @@ describe("export_failed", () => {
     expect(await exists(path.join(participantPath(dir), "manifest.json"))).toBe(false);
   });
 
+  it("ends the checkpoint, with a typed refusal, when the participant's manifest extras throw", async () => {
+    parked({ a: 1 });
+    await prepareReady(h.cp, "k1");
+    h.participant.manifestExtra = () => {
+      throw new InjectedError("extras broke");
+    };
+    const error = await expectCode(h.cp.commit(commitReq("k1", dir, null)), "export_failed");
+    expect(error.message).toContain("extras broke");
+    await expectCode(h.cp.commit(commitReq("k1", dir, null)), "export_failed");
+    expect(h.participant.callsOf("export")).toHaveLength(0);
+  });
+
   it("ends the checkpoint when its export fails after the commit's deadline passed", async () => {
     parked({ a: 1 });
     await prepareReady(h.cp, "k1");
