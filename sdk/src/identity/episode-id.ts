@@ -100,6 +100,23 @@ export function parseEpisodeId(value: unknown): EpisodeId {
   return result.data;
 }
 
+/**
+ * The EpisodeId of a wire value, or null when it is not one: the same rules as
+ * {@link EpisodeIdSchema} without zod's overhead (read once per stored record on restore).
+ */
+export function episodeIdFromWire(value: unknown): EpisodeId | null {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return null;
+  const keys = Object.keys(value);
+  const { rollout_id: rolloutId, attempt = 0 } = value as {
+    rollout_id?: unknown;
+    attempt?: unknown;
+  };
+  if (keys.length > 2 || keys.some((key) => key !== "rollout_id" && key !== "attempt")) return null;
+  if (typeof rolloutId !== "string" || rolloutIdProblem(rolloutId) !== null) return null;
+  if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 0) return null;
+  return mint(rolloutId, attempt);
+}
+
 /** The capture key of an episode: `r` for attempt 0, `r-aN` otherwise. */
 export function captureKey(e: EpisodeId): string {
   return e.attempt === 0 ? e.rollout_id : `${e.rollout_id}-a${e.attempt}`;

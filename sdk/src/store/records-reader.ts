@@ -4,8 +4,8 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
-import { EpisodeIdSchema, captureKey } from "../identity/episode-id.js";
-import { decodeJson } from "../wire/json-value.js";
+import { captureKey, episodeIdFromWire } from "../identity/episode-id.js";
+import { decodeJson, withDecodedPayloadsTrusted } from "../wire/json-value.js";
 import {
   MANIFEST_SCHEMA_VERSION,
   RECORDS_FILE_PATTERN,
@@ -101,14 +101,12 @@ function selectRecord<R extends RecordBase>(line: string, request: ReadRequest<R
   }
   const episode =
     value !== null && typeof value === "object" && !Array.isArray(value)
-      ? EpisodeIdSchema.safeParse((value as { episode_id?: unknown }).episode_id)
+      ? episodeIdFromWire((value as { episode_id?: unknown }).episode_id)
       : null;
-  if (episode === null || !episode.success) {
-    throw corrupt("checkpoint record has no valid episode_id");
-  }
-  const key = captureKey(episode.data);
+  if (episode === null) throw corrupt("checkpoint record has no valid episode_id");
+  const key = captureKey(episode);
   if (request.scope !== null && !request.scope.has(key)) return null;
-  const parsed = request.recordSchema.safeParse(value);
+  const parsed = withDecodedPayloadsTrusted(() => request.recordSchema.safeParse(value));
   if (!parsed.success) {
     const issues = parsed.error.issues
       .map((issue) => `${issue.path.map(String).join(".") || "(record)"}: ${issue.message}`)

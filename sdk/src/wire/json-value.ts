@@ -683,6 +683,24 @@ class Parser {
 // Schema
 // ---------------------------------------------------------------------------------------------
 
+let trustedDecoding = 0;
+
+/**
+ * Runs `fn` (synchronously) with {@link JsonPayloadSchema} passing values through unchecked.
+ * Internal: only for validating records just produced by {@link decodeJson}, which are JSON by
+ * construction, so a restore does not walk every payload a second time.
+ *
+ * @internal
+ */
+export function withDecodedPayloadsTrusted<T>(fn: () => T): T {
+  trustedDecoding += 1;
+  try {
+    return fn();
+  } finally {
+    trustedDecoding -= 1;
+  }
+}
+
 /**
  * zod schema for an opaque JSON payload. Accepts exactly what {@link assertJsonValue} accepts
  * and passes the input through unchanged (same reference, no copy); otherwise fails with a
@@ -692,6 +710,8 @@ class Parser {
  * works (it renders as an unconstrained schema).
  */
 export const JsonPayloadSchema: z.ZodType<JsonValue> = z.unknown().superRefine((value, ctx) => {
+  // Values decodeJson produced are JSON by construction: not checked again (restore speed).
+  if (trustedDecoding > 0) return;
   try {
     validate(value);
   } catch (e) {

@@ -5,6 +5,7 @@ import {
   InvalidEpisodeIdError,
   captureKey,
   episodeId,
+  episodeIdFromWire,
   fromCaptureKey,
   nextAttempt,
   parseEpisodeId,
@@ -117,5 +118,30 @@ describe("EpisodeId", () => {
   it("is immutable", () => {
     const e = episodeId("r", 1);
     expect(Object.isFrozen(e)).toBe(true);
+  });
+});
+
+describe("episodeIdFromWire", () => {
+  it("accepts exactly what EpisodeIdSchema accepts, with the same result", () => {
+    const candidate = fc.oneof(
+      fc.record(
+        {
+          rollout_id: fc.oneof(rolloutIdArb, fc.string({ maxLength: 6 }), fc.integer()),
+          attempt: fc.oneof(fc.nat({ max: 50 }), fc.integer(), fc.double(), fc.string()),
+          extra: fc.constant(1),
+        },
+        { requiredKeys: [] },
+      ),
+      fc.jsonValue(),
+    );
+    fc.assert(
+      fc.property(candidate, (value) => {
+        const schema = EpisodeIdSchema.safeParse(value);
+        const fast = episodeIdFromWire(value);
+        expect(fast === null).toBe(!schema.success);
+        if (schema.success && fast !== null) expect(sameEpisode(fast, schema.data)).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
   });
 });

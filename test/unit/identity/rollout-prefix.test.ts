@@ -20,7 +20,10 @@ describe("rollout path prefix", () => {
   });
 
   it("reports a malformed key", () => {
-    expect(splitRolloutPath("/ng-rollout/.x/verify")).toEqual({ malformed: true, captureKey: ".x" });
+    expect(splitRolloutPath("/ng-rollout/.x/verify")).toEqual({
+      malformed: true,
+      captureKey: ".x",
+    });
     expect(splitRolloutPath("/ng-rollout//verify")).toEqual({ malformed: true, captureKey: "" });
   });
 

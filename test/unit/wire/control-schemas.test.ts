@@ -26,15 +26,17 @@ describe("control request schemas", () => {
   });
 
   it("accept a 128-character checkpoint_id", () => {
-    expect(PrepareRequestSchema.safeParse({ ...base, checkpoint_id: "a".repeat(128) }).success).toBe(
-      true,
-    );
+    expect(
+      PrepareRequestSchema.safeParse({ ...base, checkpoint_id: "a".repeat(128) }).success,
+    ).toBe(true);
   });
 
   it.each([Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, "1000", null])(
     "refuse deadline_ts %j",
     (deadline) => {
-      expect(PrepareRequestSchema.safeParse({ ...base, deadline_ts: deadline }).success).toBe(false);
+      expect(PrepareRequestSchema.safeParse({ ...base, deadline_ts: deadline }).success).toBe(
+        false,
+      );
     },
   );
 

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
   JsonPayloadSchema,
+  withDecodedPayloadsTrusted,
   JsonSyntaxError,
   MAX_JSON_DEPTH,
   NotJsonError,
@@ -811,5 +812,14 @@ describe("JsonPayloadSchema", () => {
 
   it("refuses an undefined payload", () => {
     expect(JsonPayloadSchema.safeParse(undefined).success).toBe(false);
+  });
+});
+
+describe("decoded payloads on restore", () => {
+  it("are not checked again inside withDecodedPayloadsTrusted, and are checked outside it", () => {
+    const date = new Date(0);
+    expect(JsonPayloadSchema.safeParse(date).success).toBe(false);
+    expect(withDecodedPayloadsTrusted(() => JsonPayloadSchema.safeParse(date).success)).toBe(true);
+    expect(JsonPayloadSchema.safeParse(date).success).toBe(false);
   });
 });

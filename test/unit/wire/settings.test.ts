@@ -40,7 +40,11 @@ describe("checkpoint settings", () => {
 
   it("accepts an enabled block with a token", () => {
     expect(
-      resolveCheckpointSettings({ enabled: true, control_auth_token: "s3cret", lease_grace_seconds: 5 }),
+      resolveCheckpointSettings({
+        enabled: true,
+        control_auth_token: "s3cret",
+        lease_grace_seconds: 5,
+      }),
     ).toEqual({ enabled: true, control_auth_token: "s3cret", lease_grace_seconds: 5 });
   });
 });
