@@ -113,11 +113,7 @@ export { buildOpenApiDocument } from "./openapi/build-document.js";
 export type { OpenApiOptions } from "./openapi/build-document.js";
 
 // Deployment and the controller side
-export {
-  DeploymentFileSchema,
-  ResolvedDeploymentSchema,
-  SERVER_KINDS,
-} from "./wire/deployment.js";
+export { DeploymentFileSchema, ResolvedDeploymentSchema, SERVER_KINDS } from "./wire/deployment.js";
 export type {
   DeploymentFile,
   DeploymentServer,
@@ -151,3 +147,29 @@ export type {
   Participants,
   RestoreOptions,
 } from "./client/coordination.js";
+
+// Running servers (the `gym` command uses these too)
+export { isMainModule, serveMain } from "./cli/run-server.js";
+export type {
+  RunningServer,
+  ServerClass,
+  ServerFactory,
+  ServerModuleExport,
+  StartableServer,
+} from "./cli/run-server.js";
+export { DeploymentFileError, loadDeploymentFile } from "./cli/deployment-file.js";
+
+// Episode steps (the runner environment and agent participants build on)
+export { EpisodeSteps } from "./steps/episode-steps.js";
+export type {
+  BeginOptions,
+  BeginRunOptions,
+  BoundaryState,
+  EpisodeState,
+  StepMode,
+} from "./steps/episode-steps.js";
+export {
+  EpisodeAlreadyRunningError,
+  EpisodeDeadlineError,
+  EpisodeRetiredError,
+} from "./steps/episode-errors.js";

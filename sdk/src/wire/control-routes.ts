@@ -95,7 +95,8 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
     method: "post",
     path: `${CONTROL_PREFIX}/forget`,
     summary: "Drop retired marks of finished rollouts",
-    description: "Drops the retired marks of rollouts finished for good. Only outside a checkpoint.",
+    description:
+      "Drops the retired marks of rollouts finished for good. Only outside a checkpoint.",
     request: ForgetRequestSchema,
     reply: ForgetReplySchema,
     errors: ["checkpoint_conflict", "invalid_phase", "deadline_exceeded", "retire_incomplete"],

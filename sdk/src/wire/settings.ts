@@ -5,14 +5,10 @@ export const CheckpointSettingsSchema = z
   .strictObject({
     enabled: z.boolean().default(false),
     control_auth_token: z.string().nullable().default(null),
-    lease_grace_seconds: z
-      .number()
-      .gt(0)
-      .default(600)
-      .meta({
-        description:
-          "Seconds past a control call's deadline before a quiet participant resumes itself.",
-      }),
+    lease_grace_seconds: z.number().gt(0).default(600).meta({
+      description:
+        "Seconds past a control call's deadline before a quiet participant resumes itself.",
+    }),
   })
   .superRefine((value, ctx) => {
     if (value.enabled && (value.control_auth_token ?? "") === "") {

@@ -19,7 +19,7 @@ import {
 } from "../../../sdk/src/openapi/build-document.js";
 import { CONTROL_ROUTES } from "../../../sdk/src/wire/control-routes.js";
 import type { RouteDoc } from "../../../sdk/src/wire/route-doc.js";
-import { COMMITTED_DOCUMENTS } from "../../../scripts/openapi.js";
+import { generatedDocuments } from "../../../sdk/src/cli/openapi.js";
 
 const CONTROL: OpenApiOptions = { title: "control", version: "0.0.0", controlRoutes: true };
 
@@ -172,11 +172,11 @@ describe("buildOpenApiDocument: control routes", () => {
   });
 
   it("matches the committed openapi/checkpoint-control.json (run npm run openapi when stale)", async () => {
-    for (const committed of COMMITTED_DOCUMENTS) {
-      const path = fileURLToPath(new URL(`../../../${committed.file}`, import.meta.url));
+    for (const document of generatedDocuments()) {
+      const path = fileURLToPath(new URL(`../../../openapi/${document.file}`, import.meta.url));
       const onDisk = await readFile(path, "utf8").catch(() => "<missing>");
-      expect(onDisk, `${committed.file} is stale: run npm run openapi`).toBe(
-        await committed.render(),
+      expect(onDisk, `openapi/${document.file} is stale: run npm run openapi`).toBe(
+        document.render(),
       );
     }
   });

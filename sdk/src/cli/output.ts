@@ -1,0 +1,62 @@
+/**
+ * What every `gym` command writes to and how it fails: the output streams (so tests can run the
+ * CLI in-process and capture them), and the two errors that carry an exit status.
+ */
+
+/** Where a command writes: people read `out`, problems and progress go to `err`. */
+export interface Io {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  /** The working directory relative paths are resolved against. */
+  readonly cwd: string;
+  /** The environment `${VAR}` references are expanded from. */
+  readonly env: NodeJS.ProcessEnv;
+}
+
+/** The process's own streams, cwd and environment. */
+export function processIo(): Io {
+  return {
+    out: (text) => void process.stdout.write(text.endsWith("\n") ? text : `${text}\n`),
+    err: (text) => void process.stderr.write(text.endsWith("\n") ? text : `${text}\n`),
+    cwd: process.cwd(),
+    env: process.env,
+  };
+}
+
+/** Exit status: success. */
+export const EXIT_OK = 0;
+/** Exit status: the command ran and was refused, or failed (a typed refusal, a corrupt file). */
+export const EXIT_FAILED = 1;
+/** Exit status: the command was called wrongly (unknown flag, missing argument, bad value). */
+export const EXIT_USAGE = 2;
+
+/**
+ * A command failed in a way the user can act on. `message` says what went wrong, `hint` what to
+ * do next; the CLI prints both and exits with `exitCode`.
+ */
+export class CliError extends Error {
+  override readonly name: string = "CliError";
+  /** What `--json` prints on stdout for this failure, when anything. */
+  json: unknown = undefined;
+  constructor(
+    message: string,
+    readonly hint: string | null = null,
+    readonly exitCode: number = EXIT_FAILED,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** The command was called wrongly: exit status 2. */
+export class UsageError extends CliError {
+  override readonly name = "UsageError";
+  constructor(message: string, hint: string | null = null) {
+    super(message, hint, EXIT_USAGE);
+  }
+}
+
+/** A one-line description of any thrown value. */
+export function describeError(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,371 @@
+/**
+ * How one server process starts: import the entrypoint, build the server from its default
+ * export (a `Server` subclass, or a factory returning a server), listen, and stop gracefully on
+ * SIGTERM or SIGINT. `gym serve` starts every server this way (through `server-process`);
+ * {@link serveMain} runs a server module on its own, for debugging.
+ *
+ * @see docs/deployment.md
+ */
+import { readFileSync, realpathSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { pino, type Logger } from "pino";
+import { parse as parseYaml } from "yaml";
+import type { ListeningAddress, ServerOptions } from "../server/server.js";
+import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deployment.js";
+import { describeError } from "./output.js";
+
+/** What a server module's default export must build: something that listens and closes. */
+export interface StartableServer {
+  listen(options: { port?: number; host?: string }): Promise<ListeningAddress>;
+  close(): Promise<void>;
+}
+
+/** A server class: `new Cls(options)`. */
+export type ServerClass = new (options: ServerOptions) => StartableServer;
+/** A factory: `factory(options)`, possibly async. */
+export type ServerFactory = (options: ServerOptions) => StartableServer | Promise<StartableServer>;
+/** The default export of a server module. */
+export type ServerModuleExport = ServerClass | ServerFactory;
+
+/** A server that is listening, and how to stop it. */
+export interface RunningServer {
+  readonly server: StartableServer;
+  readonly address: ListeningAddress;
+  /** Closes the server gracefully (idempotent). */
+  stop(): Promise<void>;
+}
+
+/** A server module cannot be used; the message says what to change. */
+export class ServerModuleError extends Error {
+  override readonly name = "ServerModuleError";
+}
+
+function isServerClass(value: ServerModuleExport): value is ServerClass {
+  const prototype = (value as { prototype?: { listen?: unknown } }).prototype;
+  return typeof prototype?.listen === "function";
+}
+
+function isStartable(value: unknown): value is StartableServer {
+  return (
+    value !== null &&
+    typeof value === "object" &&
+    typeof (value as StartableServer).listen === "function" &&
+    typeof (value as StartableServer).close === "function"
+  );
+}
+
+/** Imports a server module and returns its default export, checked. */
+export async function importServerModule(entrypoint: string): Promise<ServerModuleExport> {
+  const module = (await import(pathToFileURL(entrypoint).href)) as { default?: unknown };
+  const exported = module.default;
+  if (typeof exported !== "function") {
+    throw new ServerModuleError(
+      `${entrypoint} has no usable default export (got ${exported === undefined ? "none" : typeof exported}): ` +
+        "export default your server class (export default class MyServer extends Server { ... }) " +
+        "or a factory (export default (options) => new MyServer(options))",
+    );
+  }
+  return exported as ServerModuleExport;
+}
+
+/** Builds the server from a module's default export. */
+export async function buildServer(
+  exported: ServerModuleExport,
+  options: ServerOptions,
+): Promise<StartableServer> {
+  const server = isServerClass(exported)
+    ? new exported(options)
+    : await (exported as ServerFactory)(options);
+  if (!isStartable(server)) {
+    throw new ServerModuleError(
+      "the server factory did not return a server (an object with listen() and close()): return a Server instance",
+    );
+  }
+  return server;
+}
+
+/** Starts a server and returns it listening. */
+export async function startServer(
+  exported: ServerModuleExport,
+  options: ServerOptions,
+  listen: { port: number; host: string },
+): Promise<RunningServer> {
+  const server = await buildServer(exported, options);
+  const address = await server.listen(listen);
+  let stopping: Promise<void> | null = null;
+  return {
+    server,
+    address,
+    stop: () => (stopping ??= server.close()),
+  };
+}
+
+/**
+ * Stops the server on SIGTERM or SIGINT: closes it gracefully, then lets the process end. A
+ * second signal, or a close that takes longer than `forceAfterMs`, exits at once.
+ */
+export function stopOnSignals(
+  running: RunningServer,
+  options: { logger?: Logger; forceAfterMs?: number } = {},
+): void {
+  let signalled = false;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (signalled) {
+      options.logger?.warn({ signal }, "second signal: exiting now");
+      process.exit(1);
+    }
+    signalled = true;
+    options.logger?.info({ signal }, "stopping");
+    running.stop().then(
+      () => {
+        process.exitCode = 0;
+        // Nothing should be left running; if something is, do not hang on it.
+        setTimeout(() => process.exit(0), options.forceAfterMs ?? 5_000).unref();
+      },
+      (error: unknown) => {
+        options.logger?.error({ err: error }, "close failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+}
+
+/** Where `gym serve` tells a server process what to run. */
+export interface ServerProcessArgs {
+  /** The resolved deployment file (JSON). */
+  readonly deploymentFile: string;
+  /** The server's name in the deployment. */
+  readonly name: string;
+  /** The module to import. */
+  readonly entrypoint: string;
+}
+
+/** Environment fallbacks of the server process's flags. */
+export const SERVER_PROCESS_ENV = {
+  deploymentFile: "GYM_DEPLOYMENT_FILE",
+  name: "GYM_SERVER_NAME",
+  entrypoint: "GYM_SERVER_ENTRYPOINT",
+} as const;
+
+/** Reads a resolved deployment file. */
+export function readResolvedDeployment(file: string): ResolvedDeployment {
+  const value = JSON.parse(readFileSync(file, "utf8")) as unknown;
+  return ResolvedDeploymentSchema.parse(value);
+}
+
+/**
+ * Starts the named server of a resolved deployment: `new Cls({ name, checkpoint, config,
+ * deployment, logger })` (or the factory with the same options), listening on its host and port.
+ */
+export async function startFromDeployment(
+  args: ServerProcessArgs & { logger?: Logger },
+): Promise<RunningServer> {
+  const deployment = readResolvedDeployment(args.deploymentFile);
+  const entry = deployment.servers[args.name];
+  if (entry === undefined) {
+    throw new ServerModuleError(
+      `the deployment ${args.deploymentFile} has no server named ${args.name}`,
+    );
+  }
+  const exported = await importServerModule(args.entrypoint);
+  const logger = args.logger ?? pino({ level: process.env.LOG_LEVEL ?? "info" });
+  return await startServer(
+    exported,
+    {
+      name: args.name,
+      checkpoint: deployment.checkpoint,
+      config: entry.config,
+      deployment,
+      logger,
+    },
+    { port: entry.port, host: entry.host },
+  );
+}
+
+/**
+ * The body of a server process started by `gym serve`:
+ * `server-process --deployment FILE --name NAME --entrypoint MODULE` (or the environment
+ * variables of {@link SERVER_PROCESS_ENV}). Exits 1 when the server cannot start, 2 on bad
+ * arguments.
+ */
+export async function runServerProcess(argv: readonly string[]): Promise<void> {
+  let values: { deployment?: string; name?: string; entrypoint?: string };
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        deployment: { type: "string" },
+        name: { type: "string" },
+        entrypoint: { type: "string" },
+      },
+      strict: true,
+    }));
+  } catch (error) {
+    process.stderr.write(`gym server process: ${describeError(error)}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  const args = {
+    deploymentFile: values.deployment ?? process.env[SERVER_PROCESS_ENV.deploymentFile],
+    name: values.name ?? process.env[SERVER_PROCESS_ENV.name],
+    entrypoint: values.entrypoint ?? process.env[SERVER_PROCESS_ENV.entrypoint],
+  };
+  if (
+    args.deploymentFile === undefined ||
+    args.name === undefined ||
+    args.entrypoint === undefined
+  ) {
+    process.stderr.write(
+      "gym server process: --deployment FILE, --name NAME and --entrypoint MODULE are required\n",
+    );
+    process.exitCode = 2;
+    return;
+  }
+  const logger = pino({ level: process.env.LOG_LEVEL ?? "info" });
+  let running: RunningServer;
+  try {
+    running = await startFromDeployment({
+      deploymentFile: args.deploymentFile,
+      name: args.name,
+      entrypoint: args.entrypoint,
+      logger,
+    });
+  } catch (error) {
+    process.stderr.write(
+      `gym: server ${args.name} failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exitCode = 1;
+    // Let pino flush; nothing else keeps the process alive.
+    setTimeout(() => process.exit(1), 1_000).unref();
+    return;
+  }
+  stopOnSignals(running, { logger });
+}
+
+const SERVE_MAIN_USAGE = `usage: node <server module> [options]
+
+Runs this server on its own (for debugging).
+
+options:
+  --port N                 port to listen on (default 0: any free port)
+  --host HOST              host to bind (default 127.0.0.1)
+  --config FILE            the server's settings, JSON or YAML (default {})
+  --name NAME              the server's name (default "server")
+  --checkpoint-token TOKEN turn checkpointing on with this control token (default off)
+  --deployment FILE        a resolved deployment (JSON) naming the other servers
+  -h, --help               show this help`;
+
+/**
+ * Runs a server module on its own: `node dist/main.js --port 8101 --config settings.json
+ * [--name N] [--checkpoint-token T] [--deployment FILE]`. Prints where it listens, stops
+ * gracefully on SIGTERM/SIGINT. Bad arguments set exit status 2, a failed start 1; both
+ * return null.
+ *
+ * @example
+ * export default class Counter extends Server {}
+ * if (isMainModule(import.meta.url)) await serveMain(Counter);
+ *
+ * @see docs/deployment.md
+ */
+export async function serveMain(
+  exported: ServerModuleExport,
+  argv: readonly string[] = process.argv.slice(2),
+): Promise<RunningServer | null> {
+  let values: {
+    port?: string;
+    host?: string;
+    config?: string;
+    name?: string;
+    "checkpoint-token"?: string;
+    deployment?: string;
+    help?: boolean;
+  };
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        port: { type: "string" },
+        host: { type: "string" },
+        config: { type: "string" },
+        name: { type: "string" },
+        "checkpoint-token": { type: "string" },
+        deployment: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+    }));
+  } catch (error) {
+    process.stderr.write(`${describeError(error)}\n\n${SERVE_MAIN_USAGE}\n`);
+    process.exitCode = 2;
+    return null;
+  }
+  if (values.help === true) {
+    process.stdout.write(`${SERVE_MAIN_USAGE}\n`);
+    return null;
+  }
+  const port = Number(values.port ?? "0");
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+    process.stderr.write(`--port ${values.port} is not a port (0-65535)\n`);
+    process.exitCode = 2;
+    return null;
+  }
+  const name = values.name ?? "server";
+  const logger = pino({ level: process.env.LOG_LEVEL ?? "info" });
+  try {
+    const config: unknown =
+      values.config === undefined ? {} : parseYaml(readFileSync(values.config, "utf8"));
+    const deployment: ResolvedDeployment | null =
+      values.deployment === undefined ? null : readResolvedDeployment(values.deployment);
+    const token = values["checkpoint-token"];
+    const checkpoint =
+      token !== undefined
+        ? { enabled: true, control_auth_token: token }
+        : (deployment?.checkpoint ?? null);
+    const running = await startServer(
+      exported,
+      {
+        name,
+        checkpoint,
+        config: config ?? {},
+        deployment,
+        logger,
+      },
+      { port, host: values.host ?? "127.0.0.1" },
+    );
+    console.log(
+      `${name} listening on ${running.address.url} (Swagger UI: ${running.address.url}/docs)`,
+    );
+    stopOnSignals(running, { logger });
+    return running;
+  } catch (error) {
+    process.stderr.write(`${name} failed to start: ${describeError(error)}\n`);
+    process.exitCode = 1;
+    return null;
+  }
+}
+
+/**
+ * Whether the module with this `import.meta.url` is the script Node was started with (so a
+ * server module can call {@link serveMain} only when run directly).
+ *
+ * @example
+ * if (isMainModule(import.meta.url)) await serveMain(Counter);
+ */
+export function isMainModule(importMetaUrl: string): boolean {
+  const script = process.argv[1];
+  if (script === undefined) return false;
+  const real = (file: string): string => {
+    try {
+      return realpathSync(file);
+    } catch {
+      return path.resolve(file);
+    }
+  };
+  const self = real(fileURLToPath(importMetaUrl));
+  const started = real(script);
+  return self === started || self.replace(/\.[cm]?[jt]s$/, "") === started;
+}

@@ -1,0 +1,122 @@
+/**
+ * The run's state file (`.gym/run.json` next to the deployment by default): what `gym serve`
+ * started, so `gym stop` and `gym ckpt` can find it. Everything a run writes lives in the state
+ * file's directory: the resolved deployment, `logs/<name>.log`, the last prepare.
+ *
+ * @see docs/deployment.md
+ */
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { ResolvedDeploymentSchema, SERVER_KINDS } from "../wire/deployment.js";
+import { PrepareReplySchema } from "../wire/control.js";
+import { CliError } from "./output.js";
+import { writeFileAtomic, writeStateFile } from "./state-io.js";
+
+export {
+  LAST_PREPARE_FILE_NAME,
+  RESOLVED_FILE_NAME,
+  STATE_DIR_NAME,
+  STATE_FILE_NAME,
+  chooseStateFile,
+  removeFromState,
+  statePaths,
+  writeFileAtomic,
+} from "./state-io.js";
+export type { StatePaths } from "./state-io.js";
+
+export const StateServerSchema = z.object({
+  name: z.string(),
+  kind: z.enum(SERVER_KINDS),
+  url: z.string(),
+  /** The server process. */
+  pid: z.number().int().positive(),
+  /** Its process group (the server was started as a group leader, so usually equal to pid). */
+  pgid: z.number().int().positive(),
+  /** Where its output goes. */
+  log: z.string(),
+  /** The `gym serve` process watching it (it reaps the server when it exits), or null. */
+  supervisor_pid: z.number().int().positive().nullable(),
+  started_at: z.string(),
+});
+/** One started server in the state file. */
+export type StateServer = z.infer<typeof StateServerSchema>;
+
+export const RunStateSchema = z.object({
+  version: z.literal(1),
+  /** The deployment file the run was started from (absolute). */
+  deployment_file: z.string(),
+  /** The resolved deployment every server process received (absolute). */
+  resolved_file: z.string(),
+  /** The resolved deployment itself, so other verbs need nothing else. */
+  deployment: ResolvedDeploymentSchema,
+  servers: z.record(z.string(), StateServerSchema),
+});
+/** The state file's contents. */
+export type RunState = z.infer<typeof RunStateSchema>;
+
+export const LastPrepareSchema = z.object({
+  checkpoint_id: z.string(),
+  prepared: z.boolean(),
+  at: z.string(),
+  replies: z.record(z.string(), PrepareReplySchema),
+});
+/** The last prepare's outcome, kept for `gym ckpt commit`'s default scope. */
+export type LastPrepare = z.infer<typeof LastPrepareSchema>;
+
+function readJson(file: string): unknown {
+  return JSON.parse(readFileSync(file, "utf8")) as unknown;
+}
+
+/** Reads the state file, or null when there is none. Throws {@link CliError} when it is unreadable. */
+export function readState(stateFile: string): RunState | null {
+  let value: unknown;
+  try {
+    value = readJson(stateFile);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw new CliError(
+      `cannot read the state file ${stateFile}: ${(error as Error).message}`,
+      "delete it if no deployment is running from it, or pass the right one with --state FILE",
+    );
+  }
+  const parsed = RunStateSchema.safeParse(value);
+  if (!parsed.success) {
+    throw new CliError(
+      `the state file ${stateFile} is not a gym run state: ${parsed.error.issues[0]?.message ?? "invalid"}`,
+      "delete it if no deployment is running from it, or pass the right one with --state FILE",
+    );
+  }
+  return parsed.data;
+}
+
+/** Reads the state file; a missing one is a {@link CliError} saying how to start a run. */
+export function requireState(stateFile: string): RunState {
+  const state = readState(stateFile);
+  if (state === null) {
+    throw new CliError(
+      `no running deployment: there is no state file at ${stateFile}`,
+      "start one with `gym serve <deployment.yaml>`, or point at its state with --state FILE " +
+        "or --deployment FILE",
+    );
+  }
+  return state;
+}
+
+/** Writes the state file. */
+export function writeState(stateFile: string, state: RunState): void {
+  writeStateFile(stateFile, RunStateSchema.parse(state));
+}
+
+/** Reads the last prepare, or null. */
+export function readLastPrepare(file: string): LastPrepare | null {
+  try {
+    return LastPrepareSchema.parse(readJson(file));
+  } catch {
+    return null;
+  }
+}
+
+/** Writes the last prepare. */
+export function writeLastPrepare(file: string, prepare: LastPrepare): void {
+  writeFileAtomic(file, `${JSON.stringify(prepare, null, 2)}\n`);
+}

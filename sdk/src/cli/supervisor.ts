@@ -1,0 +1,445 @@
+/**
+ * The supervisor: the process that starts the servers of a run and stays their parent for their
+ * whole life. In the foreground it is `gym serve` itself; with `--detach` it is the small
+ * background process `supervisor-process` that `gym serve` leaves behind. It waits for every
+ * server's `GET /health`, writes the state file, reaps the servers when they exit (so no zombie
+ * outlives them, whatever the system's init does), stops them on request, and ends when the
+ * last of them has exited.
+ *
+ * It loads nothing heavy (no zod, no YAML), so a detached start costs little more than the
+ * servers' own start.
+ *
+ * @see docs/deployment.md
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  statSync,
+  writeSync,
+} from "node:fs";
+import { open } from "node:fs/promises";
+import path from "node:path";
+import { deferred } from "../util/deferred.js";
+import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
+import { FAILED_LOG_LINES } from "./defaults.js";
+import { formatDuration } from "./duration.js";
+import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
+import { describeError, type Io } from "./output.js";
+import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
+import type { RunState, StateServer } from "./state-file.js";
+import { removeFromState, writeStateFile } from "./state-io.js";
+
+/** One server the supervisor starts. */
+export interface PlannedServer {
+  readonly name: string;
+  readonly kind: ServerKind;
+  /** The module to import (absolute). */
+  readonly entrypoint: string;
+  readonly url: string;
+  /** The working directory of the server process (the deployment file's directory). */
+  readonly cwd: string;
+}
+
+/** What the supervisor starts: everything decided before any process exists. */
+export interface ServePlan {
+  readonly deployment_file: string;
+  readonly state_file: string;
+  readonly resolved_file: string;
+  readonly logs_dir: string;
+  readonly deployment: ResolvedDeployment;
+  readonly health_timeout_ms: number;
+  readonly grace_ms: number;
+  /** Stream every log to the supervisor's output, prefixed by the server's name. */
+  readonly stream_logs: boolean;
+  readonly servers: readonly PlannedServer[];
+  /** Servers already running (with `--only`), kept in the state file. */
+  readonly keep: Readonly<Record<string, StateServer>>;
+}
+
+function plural(count: number, word: string): string {
+  return `${count} ${word}${count === 1 ? "" : "s"}`;
+}
+
+/** How a process ended. */
+export interface Exit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly error?: string;
+}
+
+interface Child {
+  readonly name: string;
+  readonly log: string;
+  readonly process: ChildProcess;
+  readonly pid: number | null;
+  readonly exit: Promise<Exit>;
+  exited: Exit | null;
+  readonly logStart: number;
+}
+
+export function describeExit(exit: Exit): string {
+  if (exit.error !== undefined) return `could not be started: ${exit.error}`;
+  if (exit.signal !== null) return `was killed by ${exit.signal}`;
+  return `exited with code ${exit.code}`;
+}
+
+function expectedExit(exit: Exit): boolean {
+  return exit.code === 0 || exit.signal === "SIGTERM" || exit.signal === "SIGINT";
+}
+
+/** The last `count` lines of a file (none when it cannot be read); reads only its tail. */
+export function lastLines(file: string, count: number): string[] {
+  let text: string;
+  try {
+    const size = statSync(file).size;
+    const start = Math.max(0, size - 64 * 1024);
+    const buffer = Buffer.alloc(size - start);
+    const fd = openSync(file, "r");
+    try {
+      let read = 0;
+      while (read < buffer.length) {
+        const n = readSync(fd, buffer, read, buffer.length - read, start + read);
+        if (n === 0) break;
+        read += n;
+      }
+      text = buffer.subarray(0, read).toString("utf8");
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return [];
+  }
+  const lines = text.split("\n");
+  if (lines[lines.length - 1] === "") lines.pop();
+  return lines.slice(-count);
+}
+
+function startChild(plan: ServePlan, server: PlannedServer): Child {
+  const log = path.join(plan.logs_dir, `${server.name}.log`);
+  const fd = openSync(log, "a", 0o600);
+  writeSync(fd, `=== gym serve: starting ${server.name} at ${new Date().toISOString()} ===\n`);
+  const logStart = statSync(log).size;
+  const exit = deferred<Exit>();
+  let child: ChildProcess;
+  try {
+    const { command, args } = nodeCommand(
+      cliModule("server-process"),
+      [
+        "--deployment",
+        plan.resolved_file,
+        "--name",
+        server.name,
+        "--entrypoint",
+        server.entrypoint,
+      ],
+      { typescript: isTypeScript(server.entrypoint), fromDir: server.cwd },
+    );
+    child = spawn(command, args, {
+      cwd: server.cwd,
+      detached: true,
+      stdio: ["ignore", fd, fd],
+      env: process.env,
+    });
+  } finally {
+    closeSync(fd);
+  }
+  const record: Child = {
+    name: server.name,
+    log,
+    process: child,
+    pid: child.pid ?? null,
+    exit: exit.promise,
+    exited: null,
+    logStart,
+  };
+  child.once("error", (error) => {
+    if (record.exited !== null) return;
+    record.exited = { code: null, signal: null, error: error.message };
+    exit.resolve(record.exited);
+  });
+  child.once("exit", (code, signal) => {
+    if (record.exited !== null) return;
+    record.exited = { code, signal };
+    exit.resolve(record.exited);
+  });
+  return record;
+}
+
+async function waitHealthy(
+  child: Child,
+  url: string,
+  timeoutMs: number,
+  cancel: AbortSignal,
+): Promise<string | null> {
+  const end = Date.now() + timeoutMs;
+  const exited = new AbortController();
+  void child.exit.then(() => exited.abort());
+  for (;;) {
+    if (child.exited !== null) return `${describeExit(child.exited)} during startup`;
+    if (cancel.aborted) return null;
+    const left = end - Date.now();
+    if (left <= 0) {
+      return `did not answer GET ${url}/health within ${formatDuration(timeoutMs)}`;
+    }
+    try {
+      const response = await fetch(`${url}/health`, {
+        signal: AbortSignal.any([
+          AbortSignal.timeout(Math.min(2_000, left)),
+          exited.signal,
+          cancel,
+        ]),
+      });
+      await response.body?.cancel();
+      if (response.ok) return null;
+    } catch {
+      // not up yet
+    }
+    await settlesWithin(child.exit, Math.min(100, Math.max(0, end - Date.now())));
+  }
+}
+
+/** Streams new lines of each log to `out`, prefixed by the server's name. */
+function tailLogs(children: readonly Child[], io: Io): { stop(): Promise<void> } {
+  const width = Math.max(...children.map((child) => child.name.length));
+  const state = children.map((child) => ({ child, offset: child.logStart, partial: "" }));
+  let running = true;
+  const poll = async (): Promise<void> => {
+    for (const entry of state) {
+      let handle;
+      try {
+        handle = await open(entry.child.log, "r");
+      } catch {
+        continue;
+      }
+      try {
+        for (;;) {
+          const buffer = Buffer.alloc(64 * 1024);
+          const { bytesRead } = await handle.read(buffer, 0, buffer.length, entry.offset);
+          if (bytesRead === 0) break;
+          entry.offset += bytesRead;
+          const text = entry.partial + buffer.subarray(0, bytesRead).toString("utf8");
+          const lines = text.split("\n");
+          entry.partial = lines.pop() ?? "";
+          for (const line of lines) io.out(`${entry.child.name.padEnd(width)} | ${line}`);
+        }
+      } finally {
+        await handle.close();
+      }
+    }
+  };
+  const loop = (async () => {
+    while (running) {
+      await poll();
+      await delay(200);
+    }
+    await poll();
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/** What the supervisor reports to whoever started it. */
+export interface SuperviseHooks {
+  /** Every server answers `GET /health`; the state file is written. */
+  onReady(state: RunState): void;
+  /** The start failed; every server started was stopped. */
+  onFailed(message: string): void;
+  /** Resolves when the supervisor is asked to stop everything it started. */
+  readonly stopRequested: Promise<void>;
+}
+
+async function stopChildren(children: readonly Child[], graceMs: number): Promise<GroupStop[]> {
+  const pgids = children.filter((child) => child.pid !== null).map((child) => child.pid as number);
+  const outcomes = await stopGroups(pgids, { graceMs });
+  // Reap: wait (bounded) for the exit events, so no zombie is left behind.
+  await settlesWithin(Promise.all(children.map((child) => child.exit)), 5_000);
+  return outcomes;
+}
+
+/**
+ * Starts the planned servers, waits for their health, writes the state file, then watches them
+ * until asked to stop or until all have exited. Returns the exit status: 0 after a requested
+ * stop or when every server exited cleanly, 1 after a failed start or an unexpected exit.
+ */
+export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks): Promise<number> {
+  const children: Child[] = [];
+  const startedAt = new Date().toISOString();
+  let tail: { stop(): Promise<void> } | null = null;
+  try {
+    mkdirSync(plan.logs_dir, { recursive: true });
+    for (const server of plan.servers) children.push(startChild(plan, server));
+    if (plan.stream_logs) tail = tailLogs(children, io);
+
+    const cancel = new AbortController();
+    let interrupted = false;
+    void hooks.stopRequested.then(() => {
+      interrupted = true;
+      cancel.abort();
+    });
+    const failures: { child: Child; reason: string }[] = [];
+    await Promise.all(
+      children.map(async (child, index) => {
+        const server = plan.servers[index];
+        if (server === undefined) return;
+        const reason = await waitHealthy(child, server.url, plan.health_timeout_ms, cancel.signal);
+        if (reason !== null) {
+          failures.push({ child, reason });
+          cancel.abort();
+        }
+      }),
+    );
+    if (failures.length > 0) {
+      // The lines the server wrote while failing, before stopping adds its own.
+      const logs = new Map(
+        failures.map(({ child }) => [child, lastLines(child.log, FAILED_LOG_LINES)]),
+      );
+      await stopChildren(children, plan.grace_ms);
+      await tail?.stop();
+      tail = null;
+      const parts = failures.map(({ child, reason }) => {
+        const lines = logs.get(child) ?? [];
+        return (
+          `server ${child.name} failed to start: it ${reason}\n` +
+          `last ${lines.length} lines of ${child.log}:\n` +
+          (lines.length === 0 ? "  (empty)" : lines.map((line) => `  | ${line}`).join("\n"))
+        );
+      });
+      const others = children.length - failures.length;
+      hooks.onFailed(
+        `${parts.join("\n\n")}\n\n` +
+          (others > 0 ? `stopped the ${plural(others, "other server")} started with it\n` : "") +
+          "fix the server (its log is above) and run `gym serve` again",
+      );
+      return 1;
+    }
+
+    if (interrupted) {
+      await stopChildren(children, plan.grace_ms);
+      await tail?.stop();
+      tail = null;
+      hooks.onFailed(
+        `interrupted before every server was up: stopped the ${plural(children.length, "server")} started`,
+      );
+      return 1;
+    }
+
+    const entries: Record<string, StateServer> = { ...plan.keep };
+    for (const child of children) {
+      const pid = child.pid as number;
+      const server = plan.servers.find((candidate) => candidate.name === child.name);
+      if (server === undefined) continue;
+      entries[child.name] = {
+        name: child.name,
+        kind: server.kind,
+        url: server.url,
+        pid,
+        pgid: pid,
+        log: child.log,
+        supervisor_pid: process.pid,
+        started_at: startedAt,
+      };
+    }
+    const state: RunState = {
+      version: 1,
+      deployment_file: plan.deployment_file,
+      resolved_file: plan.resolved_file,
+      deployment: plan.deployment,
+      servers: entries,
+    };
+    writeStateFile(plan.state_file, state);
+    hooks.onReady(state);
+
+    let stopping = false;
+    for (const child of children) {
+      void child.exit.then((exit) => {
+        if (!stopping)
+          io.err(`gym: server ${child.name} ${describeExit(exit)}; its log: ${child.log}`);
+      });
+    }
+    const allExited = Promise.all(children.map((child) => child.exit));
+    const outcome = await Promise.race([
+      hooks.stopRequested.then(() => "stop" as const),
+      allExited.then(() => "exited" as const),
+    ]);
+    if (outcome === "exited") {
+      await tail?.stop();
+      tail = null;
+      const unexpected = children.filter((child) => child.exited && !expectedExit(child.exited));
+      io.err(`gym: every server has exited${unexpected.length > 0 ? " (some unexpectedly)" : ""}`);
+      return unexpected.length > 0 ? 1 : 0;
+    }
+    stopping = true;
+    io.err(`gym: stopping ${plural(children.length, "server")}…`);
+    const outcomes = await stopChildren(children, plan.grace_ms);
+    await tail?.stop();
+    tail = null;
+    removeFromState(
+      plan.state_file,
+      children.map((child) => child.name),
+      Object.fromEntries(children.map((child) => [child.name, child.pid ?? 0])),
+    );
+    const survivors = outcomes.filter((outcome) => outcome.outcome === "alive");
+    io.err(
+      survivors.length === 0
+        ? `gym: stopped ${plural(children.length, "server")}; logs kept in ${plan.logs_dir}`
+        : `gym: process groups ${survivors.map((s) => s.pgid).join(", ")} survived SIGKILL`,
+    );
+    return survivors.length === 0 ? 0 : 1;
+  } catch (error) {
+    await stopChildren(children, plan.grace_ms).catch(() => []);
+    await tail?.stop();
+    hooks.onFailed(`gym serve failed: ${describeError(error)}`);
+    return 1;
+  }
+}
+
+/** Messages the detached supervisor sends to `gym serve --detach`. */
+export type SupervisorMessage =
+  { type: "ready"; state: RunState } | { type: "failed"; message: string };
+
+/** The body of the detached supervisor process (`supervisor-process <plan file>`). */
+export async function runSupervisorProcess(argv: readonly string[]): Promise<number> {
+  const planFile = argv[0];
+  if (planFile === undefined) {
+    process.stderr.write("usage: supervisor-process <plan file>\n");
+    return 2;
+  }
+  // Written by `gym serve` a moment ago: trusted as is.
+  const plan = JSON.parse(readFileSync(planFile, "utf8")) as ServePlan;
+  const stop = deferred<void>();
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    process.on(signal, () => stop.resolve());
+  }
+  const stamp = (text: string): string => `${new Date().toISOString()} ${text}`;
+  const io: Io = {
+    out: (text) => void process.stdout.write(`${stamp(text)}\n`),
+    err: (text) => void process.stderr.write(`${stamp(text)}\n`),
+    cwd: process.cwd(),
+    env: process.env,
+  };
+  const send = (message: SupervisorMessage): void => {
+    if (process.connected && process.send !== undefined) process.send(message);
+  };
+  io.err(`supervisor ${process.pid} starting ${plan.servers.map((s) => s.name).join(", ")}`);
+  const code = await supervise(plan, io, {
+    onReady: (state) => {
+      io.err("every server is healthy");
+      send({ type: "ready", state });
+    },
+    onFailed: (message) => {
+      io.err(message);
+      send({ type: "failed", message });
+    },
+    stopRequested: stop.promise,
+  });
+  if (process.connected) process.disconnect();
+  return code;
+}

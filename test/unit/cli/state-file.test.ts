@@ -1,0 +1,140 @@
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { CliError } from "../../../sdk/src/cli/output.js";
+import {
+  chooseStateFile,
+  readLastPrepare,
+  readState,
+  removeFromState,
+  requireState,
+  statePaths,
+  writeLastPrepare,
+  writeState,
+  type RunState,
+  type StateServer,
+} from "../../../sdk/src/cli/state-file.js";
+
+const temp = mkdtempSync(path.join(tmpdir(), "gym-state-file-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
+
+function entry(name: string, pid: number): StateServer {
+  return {
+    name,
+    kind: "resources",
+    url: "http://127.0.0.1:8101",
+    pid,
+    pgid: pid,
+    log: `/logs/${name}.log`,
+    supervisor_pid: null,
+    started_at: "2025-01-01T00:00:00.000Z",
+  };
+}
+
+function runState(servers: StateServer[]): RunState {
+  return {
+    version: 1,
+    deployment_file: "/d/deployment.yaml",
+    resolved_file: "/d/.gym/deployment.resolved.json",
+    deployment: {
+      checkpoint: { enabled: true, control_auth_token: "t", lease_grace_seconds: 600 },
+      servers: Object.fromEntries(
+        servers.map((server) => [
+          server.name,
+          {
+            kind: server.kind,
+            url: server.url,
+            host: "127.0.0.1",
+            port: 8101,
+            num_workers: 1,
+            config: {},
+          },
+        ]),
+      ),
+    },
+    servers: Object.fromEntries(servers.map((server) => [server.name, server])),
+  };
+}
+
+describe("choosing the state file", () => {
+  it("prefers --state, then .gym next to --deployment, then .gym in the working directory", () => {
+    expect(chooseStateFile({ state: "s/run.json", deployment: "d/x.yaml", cwd: "/w" })).toBe(
+      "/w/s/run.json",
+    );
+    expect(chooseStateFile({ deployment: "d/x.yaml", cwd: "/w" })).toBe("/w/d/.gym/run.json");
+    expect(chooseStateFile({ cwd: "/w" })).toBe("/w/.gym/run.json");
+  });
+
+  it("keeps every file of a run in the state file's directory", () => {
+    expect(statePaths("/w/.gym/run.json")).toEqual({
+      stateFile: "/w/.gym/run.json",
+      dir: "/w/.gym",
+      resolvedFile: "/w/.gym/deployment.resolved.json",
+      logsDir: "/w/.gym/logs",
+      lastPrepareFile: "/w/.gym/last-prepare.json",
+      supervisorLog: "/w/.gym/serve.log",
+    });
+  });
+});
+
+describe("reading and writing", () => {
+  it("round-trips a state, readable by its owner only (it holds the control token)", () => {
+    const file = path.join(temp, "a", "run.json");
+    const state = runState([entry("counter", 101), entry("echo", 102)]);
+    writeState(file, state);
+    expect(readState(file)).toEqual(state);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+  });
+
+  it("reads a missing state file as null, and requireState says how to start a run", () => {
+    const file = path.join(temp, "none", "run.json");
+    expect(readState(file)).toBeNull();
+    expect(() => requireState(file)).toThrow(CliError);
+    expect(() => requireState(file)).toThrow(/no running deployment/);
+  });
+
+  it("refuses a file that is not a run state, saying what to do", () => {
+    const file = path.join(temp, "garbage.json");
+    writeFileSync(file, JSON.stringify({ version: 2 }));
+    try {
+      readState(file);
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(CliError);
+      expect((error as CliError).hint).toMatch(/delete it if no deployment is running/);
+    }
+  });
+
+  it("removes servers, only when their pid still matches, and deletes an empty state", () => {
+    const file = path.join(temp, "b", "run.json");
+    writeState(file, runState([entry("counter", 101), entry("echo", 102)]));
+    removeFromState(file, ["counter"], { counter: 999 });
+    expect(Object.keys(readState(file)?.servers ?? {})).toEqual(["counter", "echo"]);
+    removeFromState(file, ["counter"], { counter: 101 });
+    expect(Object.keys(readState(file)?.servers ?? {})).toEqual(["echo"]);
+    removeFromState(file, ["echo"]);
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it("keeps the last prepare, and reads a missing or broken one as null", () => {
+    const file = path.join(temp, "c", "last-prepare.json");
+    expect(readLastPrepare(file)).toBeNull();
+    const prepare = {
+      checkpoint_id: "ckpt-1",
+      prepared: true,
+      at: "2025-01-01T00:00:00.000Z",
+      replies: {
+        counter: {
+          phase: "prepared" as const,
+          report: { ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: ["r"] },
+        },
+      },
+    };
+    writeLastPrepare(file, prepare);
+    expect(readLastPrepare(file)).toEqual(prepare);
+    writeFileSync(file, "{");
+    expect(readLastPrepare(file)).toBeNull();
+    expect(JSON.parse(readFileSync(path.join(temp, "a", "run.json"), "utf8")).version).toBe(1);
+  });
+});
