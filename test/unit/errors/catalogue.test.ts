@@ -31,7 +31,7 @@ const SPEC_CODES: Record<string, number> = {
 
 function documentedCodes(): Map<string, number> {
   const page = readFileSync(new URL("../../../docs/errors.md", import.meta.url), "utf8");
-  const rows = [...page.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \|/gm)];
+  const rows = [...page.matchAll(/^\| `([a-z_]+)` +\| (\d{3}) +\|/gm)];
   return new Map(rows.map((row) => [row[1] as string, Number(row[2])]));
 }
 
@@ -86,7 +86,9 @@ describe("error catalogue", () => {
   });
 
   it("adds the issues to an invalid request's envelope", () => {
-    const envelope = new InvalidRequestError("bad", [{ path: ["a", 0], message: "m" }]).toEnvelope();
+    const envelope = new InvalidRequestError("bad", [
+      { path: ["a", 0], message: "m" },
+    ]).toEnvelope();
     expect(envelope.error.issues).toEqual([{ path: ["a", 0], message: "m" }]);
   });
 });
