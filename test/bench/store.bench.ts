@@ -3,17 +3,17 @@
  * store, against writing, hashing and fsyncing the same bytes raw (and reading and hashing them
  * raw), measured in the same run. Prints medians and ratios; asserts nothing.
  *
- *   npm run bench:store [-- --records 1000 --runs 5]
+ *   npm run bench:store [-- --records 1000 --runs 5 --shape text|mixed]
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtemp, open, readFile, rm } from "node:fs/promises";
+import { mkdtemp, open, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { episodeId } from "../../sdk/src/identity/episode-id.js";
 import { readCheckpoint } from "../../sdk/src/store/records-reader.js";
 import { RecordsWriter, encodeRecordLine } from "../../sdk/src/store/records-writer.js";
 import { JsonPayloadSchema } from "../../sdk/src/wire/json-value.js";
-import { recordSchema } from "../../sdk/src/wire/storage.js";
+import { recordSchema, type RecordBase } from "../../sdk/src/wire/storage.js";
 
 function arg(name: string, fallback: number): number {
   const at = process.argv.indexOf(`--${name}`);
@@ -24,8 +24,22 @@ const RECORDS = arg("records", 1000);
 const RUNS = arg("runs", 5);
 const WORDS = "the model answers the question and the tool returns a value ".repeat(1100);
 
-/** A realistic record: a conversation, its token IDs and log-probabilities (~350 KB). */
-function makeRecord(i: number) {
+/** A session's state: text (a sandbox transcript, files), ~350 KB. */
+function makeTextRecord(i: number) {
+  return {
+    episode_id: episodeId(`task-${i}-0`),
+    payload: {
+      turn: 3,
+      files: [0, 1, 2, 3, 4].map((f) => ({
+        path: `/work/f${f}.txt`,
+        content: `${i}:${f} ${WORDS}`,
+      })),
+    },
+  };
+}
+
+/** A model-side record: a conversation, its token IDs and log-probabilities (~380 KB). */
+function makeMixedRecord(i: number) {
   const tokenIds = Array.from({ length: 10_000 }, (_, k) => (k * 7919 + i) % 151_000);
   const logprobs = Array.from({ length: 3_000 }, (_, k) => -((k % 97) + i / 1000) / 13);
   return {
@@ -78,13 +92,21 @@ async function rawWrite(file: string, lines: Buffer[]): Promise<void> {
   hash.digest("hex");
 }
 
+/** Streams the file through a reused buffer and hashes it: the floor of a restore. */
 async function rawRead(file: string): Promise<void> {
-  createHash("sha256")
-    .update(await readFile(file))
-    .digest("hex");
+  const handle = await open(file, "r");
+  const hash = createHash("sha256");
+  const buffer = Buffer.allocUnsafeSlow(4 * 1024 * 1024);
+  for (;;) {
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
+    if (bytesRead === 0) break;
+    hash.update(buffer.subarray(0, bytesRead));
+  }
+  await handle.close();
+  hash.digest("hex");
 }
 
-async function main(): Promise<void> {
+async function bench(shape: string, makeRecord: (i: number) => RecordBase): Promise<void> {
   const root = await mkdtemp(path.join(os.tmpdir(), "gym-store-bench-"));
   const records = Array.from({ length: RECORDS }, (_, i) => makeRecord(i));
   const lines = records.map((record) => Buffer.from(encodeRecordLine(record), "utf8"));
@@ -140,7 +162,7 @@ async function main(): Promise<void> {
     };
   };
   console.log(
-    `store bench: ${RECORDS} records, ${mb.toFixed(1)} MB, ${RUNS} runs, node ${process.version}`,
+    `store bench (${shape}): ${RECORDS} records, ${mb.toFixed(1)} MB, ${RUNS} runs, node ${process.version}`,
   );
   console.table([
     row("raw write+sha256+fsync", rawWrites, rawWrites),
@@ -150,4 +172,13 @@ async function main(): Promise<void> {
   ]);
 }
 
-await main();
+const SHAPES: Record<string, (i: number) => RecordBase> = {
+  text: makeTextRecord,
+  mixed: makeMixedRecord,
+};
+const only = process.argv.includes("--shape")
+  ? process.argv[process.argv.indexOf("--shape") + 1]
+  : null;
+for (const [shape, make] of Object.entries(SHAPES)) {
+  if (only === null || only === shape) await bench(shape, make);
+}

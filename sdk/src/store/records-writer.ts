@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomBytes, type Hash } from "node:crypto";
 import { link, mkdir, open, readFile, rename, unlink, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { CheckpointStateError } from "../errors.js";
@@ -113,35 +113,18 @@ export class RecordsWriter {
       throw ioError(dir, error);
     }
     const hash = createHash("sha256");
+    const lines = new LineBatcher(handle, hash);
     let count = 0;
-    let batch: Buffer[] = [];
-    let batchBytes = 0;
-    // One write in flight while the next batch is encoded: encoding (main thread) overlaps
-    // with the file write (libuv pool).
-    let inFlight: Promise<unknown> = Promise.resolve();
     try {
       for (const record of records) {
         this.#checkNotStopped();
-        // The newline goes in as its own buffer: appending it to a 350 KB string would cost a
-        // flattening copy of the whole line.
-        const line = Buffer.from(encodeRecord(record), "utf8");
-        hash.update(line);
-        hash.update(NEWLINE);
+        await lines.add(encodeRecord(record));
         count += 1;
-        batch.push(line, NEWLINE);
-        batchBytes += line.length + 1;
-        if (batchBytes >= WRITE_BATCH_BYTES) {
-          await inFlight;
-          inFlight = writeFully(handle, batch, batchBytes);
-          batch = [];
-          batchBytes = 0;
-        }
       }
-      await inFlight;
-      if (batch.length > 0) await writeFully(handle, batch, batchBytes);
+      await lines.finish();
       await handle.sync();
     } catch (error) {
-      await inFlight.catch(() => undefined);
+      await lines.settle();
       if (error instanceof CheckpointStateError) throw error;
       throw ioError(dir, error);
     } finally {
@@ -214,8 +197,6 @@ export function encodeRecordLine(record: RecordBase): string {
   return encodeRecord(record) + "\n";
 }
 
-const NEWLINE = Buffer.from("\n", "utf8");
-
 /** A record's stored JSON (without the newline), refusing what cannot be written, by episode. */
 function encodeRecord(record: RecordBase): string {
   try {
@@ -247,15 +228,98 @@ function manifestTextOf(manifest: Manifest): string {
   }
 }
 
+/**
+ * Encodes lines into two reused batch buffers and writes one while the other fills.
+ *
+ * Why: `Buffer.from(string)` allocates fresh memory per line, and touching fresh pages costs more
+ * than the UTF-8 encoding itself (on a VM, ~300 MB/s against >5 GB/s for `buf.write` into memory
+ * already mapped). A line longer than a batch gets a buffer of its own.
+ */
+class LineBatcher {
+  readonly #handle: FileHandle;
+  readonly #hash: Hash;
+  readonly #buffers = [
+    Buffer.allocUnsafeSlow(WRITE_BATCH_BYTES),
+    Buffer.allocUnsafeSlow(WRITE_BATCH_BYTES),
+  ];
+  /** The write in flight from each buffer; a buffer is refilled only once its write ended. */
+  readonly #inFlight: Promise<void>[] = [Promise.resolve(), Promise.resolve()];
+  #current = 0;
+  #offset = 0;
+  /** Where the next write lands: writes carry their position, as two may be in flight. */
+  #position = 0;
+
+  constructor(handle: FileHandle, hash: Hash) {
+    this.#handle = handle;
+    this.#hash = hash;
+  }
+
+  /** Appends `json` and a newline. */
+  async add(json: string): Promise<void> {
+    const length = Buffer.byteLength(json, "utf8") + 1;
+    if (this.#offset + length > WRITE_BATCH_BYTES) await this.#flush();
+    if (length > WRITE_BATCH_BYTES) {
+      const own = Buffer.allocUnsafe(length);
+      own.write(json, 0, "utf8");
+      own[length - 1] = 0x0a;
+      this.#hash.update(own);
+      await this.#inFlight[this.#current];
+      this.#inFlight[this.#current] = writeFully(this.#handle, own, this.#claim(length));
+      await this.#switch();
+      return;
+    }
+    const buffer = this.#buffers[this.#current] as Buffer;
+    buffer.write(json, this.#offset, "utf8");
+    buffer[this.#offset + length - 1] = 0x0a;
+    this.#offset += length;
+  }
+
+  /** Writes what is buffered and waits for every write. */
+  async finish(): Promise<void> {
+    await this.#flush();
+    await this.settle();
+  }
+
+  /** Waits for the writes in flight, ignoring their failures (the caller is failing already). */
+  async settle(): Promise<void> {
+    await Promise.all(this.#inFlight.map((write) => write.catch(() => undefined)));
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#offset === 0) return;
+    const filled = (this.#buffers[this.#current] as Buffer).subarray(0, this.#offset);
+    this.#hash.update(filled);
+    this.#inFlight[this.#current] = writeFully(this.#handle, filled, this.#claim(filled.length));
+    await this.#switch();
+  }
+
+  #claim(length: number): number {
+    const position = this.#position;
+    this.#position += length;
+    return position;
+  }
+
+  async #switch(): Promise<void> {
+    this.#current = 1 - this.#current;
+    this.#offset = 0;
+    // Surface a failed write now rather than after the whole file was encoded.
+    await this.#inFlight[this.#current];
+  }
+}
+
 /** Writes every byte of `buffers`: `writev` may write fewer bytes than asked without failing. */
-async function writeFully(handle: FileHandle, buffers: Buffer[], total: number): Promise<void> {
-  const { bytesWritten } = await handle.writev(buffers);
-  if (bytesWritten >= total) return;
-  let rest = Buffer.concat(buffers).subarray(bytesWritten);
-  while (rest.length > 0) {
-    const { bytesWritten: n } = await handle.write(rest);
+async function writeFully(handle: FileHandle, buffer: Buffer, position: number): Promise<void> {
+  const { bytesWritten } = await handle.writev([buffer], position);
+  let written = bytesWritten;
+  while (written < buffer.length) {
+    const { bytesWritten: n } = await handle.write(
+      buffer,
+      written,
+      buffer.length - written,
+      position + written,
+    );
     if (n <= 0) throw new Error("the file accepted no more bytes");
-    rest = rest.subarray(n);
+    written += n;
   }
 }
 
