@@ -177,8 +177,9 @@ function encode(body: unknown): Uint8Array {
   return Buffer.from(JSON.stringify(body), "utf8");
 }
 
+/** max(deadline − now, 0) + 5 s, in whole milliseconds (deadlines may carry microseconds). */
 function callTimeoutMs(deadlineTs: number): number {
-  return Math.max(0, deadlineTs * 1000 - Date.now()) + CALL_SLACK_MS;
+  return Math.ceil(Math.max(0, deadlineTs * 1000 - Date.now())) + CALL_SLACK_MS;
 }
 
 /** Calls `members` at once with the same bytes; returns replies or throws one CoordinationError. */
@@ -355,15 +356,21 @@ export async function restore(
   } catch (error) {
     const log = participants.logger ?? pino({ level: "silent" });
     const cleanupDeadline = Math.max(options.deadlineTs, Date.now() / 1000 + 30);
-    try {
-      await retire(
-        participants,
-        options.checkpointId,
-        options.episodeIds.map(nextAttempt),
-        cleanupDeadline,
-      );
-    } catch (cleanupError) {
-      log.error({ err: cleanupError }, "retiring the replacements of a failed restore failed");
+    // Every stage is asked even when an earlier one fails: the replacements must stop everywhere.
+    const replacements = options.episodeIds.map(nextAttempt);
+    const bytes = encode({
+      checkpoint_id: options.checkpointId,
+      deadline_ts: cleanupDeadline,
+      episode_ids: replacements.map(episodeIdToWire),
+    });
+    for (const kinds of RETIRE_ORDER) {
+      const stage = byKinds(participants, kinds);
+      if (stage.length === 0 || replacements.length === 0) continue;
+      try {
+        await fanOut(participants, stage, "retire", bytes, cleanupDeadline);
+      } catch (cleanupError) {
+        log.error({ err: cleanupError }, "retiring the replacements of a failed restore failed");
+      }
     }
     try {
       await resume(participants, options.checkpointId, cleanupDeadline);

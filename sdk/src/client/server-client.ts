@@ -1,5 +1,6 @@
 import { Agent, type Dispatcher } from "undici";
 import { ConfigError } from "../errors.js";
+import { timeoutSignal } from "../util/deadline.js";
 import { captureKey, type EpisodeId } from "../identity/episode-id.js";
 import { rolloutPath } from "../identity/rollout-prefix.js";
 import { CONTROL_PREFIX, type Operation } from "../wire/control.js";
@@ -219,7 +220,32 @@ export class ServerClient {
     },
   ): Promise<CallReply<T>> {
     const origin = new URL(this.server(server).url).origin;
-    const timeout = AbortSignal.timeout(call.timeoutMs);
+    if (!(call.timeoutMs >= 0) || !Number.isFinite(call.timeoutMs)) {
+      throw new RangeError(
+        `${method} ${path}: timeoutMs must be a finite number >= 0, got ${call.timeoutMs}`,
+      );
+    }
+    const bound = timeoutSignal(call.timeoutMs, () => new Error("the call's time bound passed"));
+    try {
+      return await this.#send<T>(agent, server, origin, method, path, call, bound.signal);
+    } finally {
+      bound.dispose();
+    }
+  }
+
+  async #send<T>(
+    agent: Agent,
+    server: string,
+    origin: string,
+    method: "GET" | "POST",
+    path: string,
+    call: {
+      body: string | Uint8Array | null;
+      signal: AbortSignal | undefined;
+      headers: Record<string, string> | undefined;
+    },
+    timeout: AbortSignal,
+  ): Promise<CallReply<T>> {
     const signal = call.signal === undefined ? timeout : AbortSignal.any([timeout, call.signal]);
     let response: Dispatcher.ResponseData;
     try {

@@ -113,3 +113,29 @@ export async function forEachConcurrently<T>(
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
   if (failure !== null) throw (failure as { error: unknown }).error;
 }
+
+/**
+ * An AbortSignal that fires after `ms` (any non-negative number: fractions are rounded up,
+ * delays beyond setTimeout's range are re-armed), with a `dispose` that clears the timer.
+ * Unlike `AbortSignal.timeout`, it never throws on a fractional delay and never fires early on
+ * a long one.
+ */
+export function timeoutSignal(
+  ms: number,
+  reason: () => unknown,
+): { signal: AbortSignal; dispose: () => void } {
+  const controller = new AbortController();
+  const fireAt = Date.now() + Math.max(0, ms);
+  let timer: NodeJS.Timeout | undefined;
+  const arm = (): void => {
+    const left = fireAt - Date.now();
+    if (left <= 0) {
+      controller.abort(reason());
+      return;
+    }
+    timer = setTimeout(arm, Math.min(Math.ceil(left), MAX_TIMER_MS));
+    timer.unref?.();
+  };
+  arm();
+  return { signal: controller.signal, dispose: () => clearTimeout(timer) };
+}

@@ -48,6 +48,7 @@ class Recording extends Participant<Rec> {
   episodes: EpisodeId[] = [];
   prepareRequests: CloseAdmissionRequest[] = [];
   failInstall = false;
+  failRetire = false;
   constructor(
     readonly name: string,
     readonly kind: ParticipantKind,
@@ -70,6 +71,7 @@ class Recording extends Participant<Rec> {
   }
   async retire(episode: EpisodeId): Promise<void> {
     calls.push(`${this.name}:retire:${captureKey(episode)}`);
+    if (this.failRetire) throw new Error("retire refused");
   }
   override forget(rolloutIds: readonly string[]): void {
     calls.push(`${this.name}:forget:${rolloutIds.join(",")}`);
@@ -414,6 +416,53 @@ describe("restore", () => {
     }
     const statuses = await status(fresh.participants);
     for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
+  });
+
+  it("still retires the replacements on later stages when an earlier stage's retire fails", async () => {
+    const { participants, byName } = await deploy(FULL);
+    for (const p of byName.values()) p.episodes = [episodeId("r1")];
+    await prepare(participants, "c1", deadline());
+    await commit(participants, {
+      checkpointId: "c1",
+      checkpointDir: dir,
+      episodeIds: null,
+      deadlineTs: deadline(),
+    });
+    await resume(participants, "c1", deadline());
+
+    const fresh = await deploy(FULL);
+    fresh.byName.get("weather")!.failInstall = true;
+    fresh.byName.get("env")!.failRetire = true;
+    calls.length = 0;
+    await expect(
+      restore(fresh.participants, {
+        checkpointId: "c1",
+        checkpointDir: dir,
+        episodeIds: [episodeId("r1")],
+        deadlineTs: deadline(),
+      }),
+    ).rejects.toThrow(CoordinationError);
+    for (const name of ["agent", "policy", "counter", "weather"]) {
+      expect(calls).toContain(`${name}:retire:r1-a1`);
+    }
+    const statuses = await status(fresh.participants);
+    for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
+  });
+});
+
+describe("deadlines", () => {
+  it("accept fractional deadlines (microseconds, as a Python controller sends them)", async () => {
+    const { participants } = await deploy(FULL);
+    const result = await prepare(participants, "c1", Date.now() / 1000 + 30.000123);
+    expect(result.prepared).toBe(true);
+    await resume(participants, "c1", Date.now() / 1000 + 30.5);
+  });
+
+  it("accept a deadline beyond setTimeout's range without timing out early", async () => {
+    const { participants } = await deploy(FULL);
+    const monthAhead = Date.now() / 1000 + 30 * 24 * 3600;
+    expect((await prepare(participants, "c1", monthAhead)).prepared).toBe(true);
+    await resume(participants, "c1", monthAhead);
   });
 });
 
