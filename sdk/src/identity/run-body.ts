@@ -1,3 +1,4 @@
+import { EpisodeError } from "../errors.js";
 import {
   SAFE_ID_PATTERN,
   captureKey,
@@ -6,11 +7,11 @@ import {
   type EpisodeId,
 } from "./episode-id.js";
 
-/** Why a `/run` body's rollout fields are refused. */
-export class InvalidRunRolloutError extends Error {
-  override readonly name = "InvalidRunRolloutError";
+/** Why a `/run` body's rollout fields are refused: 400 `invalid_rollout_id`. */
+export class InvalidRunRolloutError extends EpisodeError {
+  override name = "InvalidRunRolloutError";
   constructor(readonly reason: string) {
-    super(reason);
+    super("invalid_rollout_id", reason);
   }
 }
 

@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { GymError } from "../../../sdk/src/errors.js";
 import { fromCaptureKey } from "../../../sdk/src/identity/episode-id.js";
 import {
   InvalidRunRolloutError,
@@ -88,5 +89,18 @@ describe("rollout of a /run body", () => {
         }
       }),
     );
+  });
+});
+
+describe("refusals", () => {
+  it("are typed 400 invalid_rollout_id errors, so a server answers 4xx, not 500", () => {
+    try {
+      episodeFromRunBody({ _ng_rollout_id: "bad id" });
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(GymError);
+      expect((error as GymError).code).toBe("invalid_rollout_id");
+      expect((error as GymError).status).toBe(400);
+    }
   });
 });
