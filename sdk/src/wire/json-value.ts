@@ -18,9 +18,8 @@ import { z } from "zod";
  * Canonical JSON value model.
  *
  * Objects are plain objects (prototype `Object.prototype` or `null`). Numbers may be NaN,
- * ±Infinity or -0. A `bigint` is always outside the safe-integer range when it comes out of
- * {@link decodeJson}; a safe-range bigint is accepted by {@link encodeJson} but decodes as a
- * number.
+ * ±Infinity or -0. A `bigint` is always outside the safe-integer range: one inside it would
+ * read back as a number, so {@link encodeJson} and {@link assertJsonValue} refuse it.
  */
 export type JsonValue =
   null | boolean | number | bigint | string | JsonValue[] | { [key: string]: JsonValue };
@@ -121,7 +120,7 @@ function walkValue(value: unknown, depth: number, st: WalkState): boolean {
     case "number":
       return isExtendedNumber(value);
     case "bigint":
-      return true;
+      return checkBigint(value);
     case "object":
       return value === null ? false : walkContainer(value, depth + 1, st);
     default:
@@ -137,8 +136,22 @@ function walkItem(item: unknown, depth: number, st: WalkState): boolean {
   if (typeof item === "number") return isExtendedNumber(item);
   if (typeof item === "string" || typeof item === "boolean" || item === null) return false;
   if (typeof item === "object") return walkContainer(item, depth + 1, st);
-  if (typeof item === "bigint") return true;
+  if (typeof item === "bigint") return checkBigint(item);
   throw new Refusal(describe(item));
+}
+
+const MIN_SAFE_BIGINT = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * A bigint inside the safe-integer range would read back as a number, breaking the round-trip
+ * law (same types after restore): refused, the author stores a number instead.
+ */
+function checkBigint(value: bigint): true {
+  if (value >= MIN_SAFE_BIGINT && value <= MAX_SAFE_BIGINT) {
+    throw new Refusal(`a bigint within the safe integer range (${value}n; store it as a number)`);
+  }
+  return true;
 }
 
 /** Validates an array or object at nesting level `depth`. */
