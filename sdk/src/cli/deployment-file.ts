@@ -612,7 +612,19 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
     },
   });
 
-  const data: unknown = doc.toJS({ maxAliasCount: 1000 });
+  let data: unknown;
+  try {
+    data = doc.toJS({ maxAliasCount: 1000 });
+  } catch (error) {
+    // e.g. an alias bomb: yaml refuses to expand it, and the file names nothing usable.
+    throw new DeploymentFileError(file, [
+      {
+        line: 1,
+        path: "",
+        message: `cannot read the document: ${(error as Error).message}; write the servers out without YAML aliases`,
+      },
+    ]);
+  }
   const at = (segments: readonly PropertyKey[]): number => locate(doc, lines, segments).line;
   const parsed = DeploymentFileSchema.safeParse(data ?? {});
   if (!parsed.success) {

@@ -1,5 +1,6 @@
 /** Free ports for `port: 0` servers, chosen before anything is started. */
 import { createServer, type Server } from "node:net";
+import { CliError } from "./output.js";
 
 function listen(host: string): Promise<Server> {
   return new Promise((resolve, reject) => {
@@ -29,7 +30,15 @@ export async function chooseFreePorts(
   const ports: Record<string, number> = {};
   try {
     for (const request of requests) {
-      const server = await listen(request.host);
+      let server: Server;
+      try {
+        server = await listen(request.host);
+      } catch (error) {
+        throw new CliError(
+          `server ${request.name}: cannot bind a port on host ${JSON.stringify(request.host)}: ${(error as Error).message}; nothing was started`,
+          "use a host this machine has (127.0.0.1, localhost, 0.0.0.0) in the deployment file",
+        );
+      }
       held.push(server);
       const address = server.address();
       if (address === null || typeof address === "string") {

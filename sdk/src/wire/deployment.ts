@@ -20,7 +20,13 @@ export const DeploymentServerSchema = z
   .strictObject({
     kind: z.enum(SERVER_KINDS),
     entrypoint: z.string().min(1),
-    host: z.string().min(1).default("127.0.0.1"),
+    host: z
+      .string()
+      .regex(
+        /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|[0-9A-Fa-f:.]+)$/,
+        "must be a host name or an IP address, e.g. 127.0.0.1 or localhost",
+      )
+      .default("127.0.0.1"),
     port: z.number().int().min(0).max(65_535).default(0),
     num_workers: z.number().int().min(1).default(1),
     config: z.record(z.string(), z.unknown()).default({}),

@@ -405,3 +405,34 @@ describe("resolving", () => {
     expect(serverUrl("::1", 80)).toBe("http://[::1]:80");
   });
 });
+
+describe("hostile or odd deployment files", () => {
+  it("refuse an alias bomb with a typed problem on line 1, not a crash", () => {
+    const bomb = [
+      "a: &a [x, x, x, x, x, x, x, x, x]",
+      "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]",
+      "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]",
+      "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]",
+      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]",
+      "servers: {}",
+    ].join("\n");
+    const problems = problemsOf(deploymentFile(bomb));
+    expect(problems[0]?.line).toBe(1);
+    expect(problems[0]?.message).toContain("aliases");
+  });
+
+  it("refuse a host that is not a host name or an IP address, naming its line", () => {
+    const file = deploymentFile(
+      [
+        "servers:",
+        "  a:",
+        "    kind: backend",
+        "    entrypoint: ./srv.ts",
+        '    host: "not a host"',
+      ].join("\n"),
+    );
+    const problems = problemsOf(file);
+    expect(problems.map((p) => p.line)).toContain(5);
+    expect(problems.map((p) => p.message).join(" ")).toContain("host name or an IP address");
+  });
+});
