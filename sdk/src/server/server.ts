@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { createServer, type Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { type Express, type Request } from "express";
@@ -108,7 +109,11 @@ export class Server {
   #app: Express | null = null;
   #controlPlane: ControlPlane | null = null;
   #http: HttpServer | null = null;
-  readonly #shutdown = new AbortController();
+  readonly #shutdown = ((): AbortController => {
+    const controller = new AbortController();
+    setMaxListeners(0, controller.signal); // one listener per in-flight request
+    return controller;
+  })();
 
   constructor(options: ServerOptions) {
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(options.name)) {

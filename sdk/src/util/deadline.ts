@@ -1,3 +1,5 @@
+import { setMaxListeners } from "node:events";
+
 /**
  * Deadlines travel on the wire as absolute Unix seconds; inside they become timers and
  * AbortSignals exactly once, here.
@@ -72,6 +74,8 @@ export function deadlineSignal(
   parent?: AbortSignal,
 ): { signal: AbortSignal; dispose: () => void } {
   const controller = new AbortController();
+  // Shared by many concurrent waiters (e.g. one retire per rollout): no listener-count warning.
+  setMaxListeners(0, controller.signal);
   const timer = setTimeout(
     () => controller.abort(reason()),
     Math.min(msUntil(deadlineTs), MAX_TIMER_MS),
