@@ -230,6 +230,13 @@ describe("control routes", () => {
     );
   });
 
+  it("are never served under the rollout prefix", async () => {
+    const res = await request(server().app())
+      .get("/ng-rollout/r/ng-control/v1/checkpoint/status")
+      .set("Authorization", AUTH);
+    expect(res.status).toBe(404);
+  });
+
   it("refuse to start with checkpointing on and no token", () => {
     expect(() => server({ checkpoint: { enabled: true } })).toThrow(ConfigError);
   });

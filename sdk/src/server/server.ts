@@ -226,10 +226,7 @@ export class Server {
     void this.config; // validated at startup, before anything is served
     const app = express();
     app.disable("x-powered-by");
-    app.use(rolloutPrefix());
-    app.get("/health", (_req, res) => {
-      res.json({ status: "ok", name: this.name });
-    });
+    // Control routes come before the rollout prefix is stripped: they are never under it.
     if (this.checkpointSettings.enabled) {
       const participant = this.createParticipant();
       if (participant !== null) {
@@ -243,6 +240,10 @@ export class Server {
         );
       }
     }
+    app.use(rolloutPrefix());
+    app.get("/health", (_req, res) => {
+      res.json({ status: "ok", name: this.name });
+    });
     this.configureApp(app);
     for (const route of this.routes()) this.#mount(app, route);
     const document = this.openApiDocument();
