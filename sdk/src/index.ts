@@ -173,3 +173,39 @@ export {
   EpisodeDeadlineError,
   EpisodeRetiredError,
 } from "./steps/episode-errors.js";
+
+// Resources servers
+export {
+  ResourcesServer,
+  ResourcesSeedSessionRequestSchema,
+  ResourcesCloseSessionRequestSchema,
+  VerifyRequestSchema,
+  resourcesSession,
+} from "./server/resources-server.js";
+export type {
+  ResourcesSeedSessionRequest,
+  SessionRouteInput,
+  VerifyResult,
+} from "./server/resources-server.js";
+export type { ResourcesSession } from "./server/resources/session-cookie.js";
+export {
+  CLOSE_FOLLOWS_HEADER,
+  RESTART_HEADER,
+  VERIFY_HEADER,
+} from "./server/resources/checkpoint-middleware.js";
+export {
+  ResourcesParticipant,
+  ResourcesRecordSchema,
+} from "./participants/resources/resources-participant.js";
+export type {
+  AdmitRequest,
+  AdmittedRequest,
+  ResourcesParticipantOptions,
+  ResourcesRecord,
+  SessionHooks,
+} from "./participants/resources/resources-participant.js";
+export {
+  CHECKPOINT_MODES,
+  CHECKPOINT_VERIFY_MODES,
+} from "./participants/resources/declarations.js";
+export type { CheckpointMode, CheckpointVerify } from "./participants/resources/declarations.js";

@@ -12,12 +12,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { planServe } from "../../../sdk/src/cli/launcher.js";
 import { CliError, UsageError, type Io } from "../../../sdk/src/cli/output.js";
 import { chooseFreePorts } from "../../../sdk/src/cli/ports.js";
-import {
-  isGroupAlive,
-  isProcessAlive,
-  pollUntil,
-  stopGroups,
-} from "../../../sdk/src/cli/processes.js";
+import { isGroupAlive, isProcessAlive, stopGroups } from "../../../sdk/src/cli/processes.js";
 import {
   ServerModuleError,
   buildServer,

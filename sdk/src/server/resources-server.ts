@@ -1,0 +1,305 @@
+import type { Express } from "express";
+import { z } from "zod";
+import type { Participant } from "../control/participant.js";
+import { ConfigError } from "../errors.js";
+import { EpisodeIdSchema } from "../identity/episode-id.js";
+import {
+  CHECKPOINT_MODES,
+  CHECKPOINT_VERIFY_MODES,
+  CLOSE_SESSION_PATH,
+  SEED_SESSION_PATH,
+  VERIFY_PATH,
+  checkDeclaration,
+  type CheckpointMode,
+  type CheckpointVerify,
+} from "../participants/resources/declarations.js";
+import {
+  ResourcesParticipant,
+  type SessionHooks,
+} from "../participants/resources/resources-participant.js";
+import type { JsonValue } from "../wire/json-value.js";
+import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
+import { resourcesCheckpointMiddleware } from "./resources/checkpoint-middleware.js";
+import { sessionCookie, sessionOf, type ResourcesSession } from "./resources/session-cookie.js";
+import { Server, type ServerOptions } from "./server.js";
+
+/** The native `/seed_session` body (spec resources §3). */
+export const ResourcesSeedSessionRequestSchema = z
+  .strictObject({
+    resources_session_id: z.string().min(1),
+    episode_id: EpisodeIdSchema,
+    task_id: z.strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) }),
+    task_data: z.record(z.string(), z.unknown()),
+  })
+  .meta({ id: "ResourcesSeedSessionRequest" });
+/** The native `/seed_session` body. */
+export type ResourcesSeedSessionRequest = z.infer<typeof ResourcesSeedSessionRequestSchema>;
+
+/** The `/close_session` body (servers may widen it). */
+export const ResourcesCloseSessionRequestSchema = z
+  .looseObject({
+    resources_session_id: z.string().optional(),
+    episode_id: EpisodeIdSchema.optional(),
+  })
+  .meta({ id: "ResourcesCloseSessionRequest" });
+
+/** The base `/verify` body: any JSON object; servers narrow it with {@link ResourcesServer.verifyRequestSchema}. */
+export const VerifyRequestSchema = z.looseObject({}).meta({ id: "VerifyRequest" });
+
+/** What a `/verify` implementation returns; the reply adds the request's fields and defaults. */
+export interface VerifyResult {
+  /** The reward. */
+  readonly reward: number;
+  /** @default false */
+  readonly mask_sample?: boolean;
+  /** @default null */
+  readonly failure_kind?: string | null;
+  /** @default null */
+  readonly failure_reason?: string | null;
+}
+
+/** What a resources route handler receives: the data route input plus the request's session. */
+export interface SessionRouteInput<Body = unknown> extends RouteInput<Body> {
+  /** The request's session (replace its ID to key state by a caller-assigned one). */
+  readonly session: ResourcesSession;
+}
+
+/** The class-level declarations of a resources server, read through its constructor. */
+interface ResourcesServerClass {
+  readonly name: string;
+  readonly checkpointMode: unknown;
+  readonly checkpointVerify: unknown;
+  readonly checkpointSessionStarts: readonly string[];
+}
+
+const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessionState"] as const;
+
+/**
+ * The base class of resources servers: tools, a verifier and per-rollout session state. It
+ * serves `/seed_session`, `/verify`, `/close_session` and the subclass's {@link tools}, keeps a
+ * signed session cookie per client, and, with checkpointing on, takes part in checkpoints as
+ * its class declares.
+ *
+ * ## Declarations (static fields, checked at construction whether or not checkpointing is on)
+ * - `checkpointMode`: `restart_only` (default) | `stateless` | `exported`.
+ * - `checkpointVerify`: `wait` (default) | `replay`.
+ * - `checkpointSessionStarts`: routes that start a session. @default ["/seed_session"]
+ *
+ * ## Hooks (override; `exported` must override all three)
+ * {@link exportSessionStates}, {@link restoreSessionStates}, {@link retireSessionState}.
+ *
+ * If you override `configureApp`, call `super.configureApp(app)` first: it installs the session
+ * layer and the checkpoint middleware, and with checkpointing on a server without them refuses
+ * to start.
+ *
+ * @example
+ * class Echo extends ResourcesServer {
+ *   static override checkpointMode = "stateless" as const;
+ *   protected override verify() {
+ *     return { reward: 1 };
+ *   }
+ * }
+ *
+ * @see docs/resources-server.md
+ */
+export abstract class ResourcesServer extends Server {
+  /** How this server's sessions take part in checkpoints. @default "restart_only" */
+  static checkpointMode: CheckpointMode = "restart_only";
+  /** Whether `/verify` may run again after a crash. @default "wait" */
+  static checkpointVerify: CheckpointVerify = "wait";
+  /** The routes that start a session. @default ["/seed_session"] */
+  static checkpointSessionStarts: readonly string[] = [SEED_SESSION_PATH];
+
+  /** The declared checkpoint mode, validated. */
+  readonly checkpointMode: CheckpointMode;
+  /** The declared verify mode, validated. */
+  readonly checkpointVerify: CheckpointVerify;
+  #participant: ResourcesParticipant | null = null;
+  #middlewareInstalled = false;
+
+  constructor(options: ServerOptions) {
+    super(options);
+    const cls = this.constructor as unknown as ResourcesServerClass;
+    this.checkpointMode = checkDeclaration(
+      cls.name,
+      "checkpointMode",
+      cls.checkpointMode,
+      CHECKPOINT_MODES,
+    );
+    this.checkpointVerify = checkDeclaration(
+      cls.name,
+      "checkpointVerify",
+      cls.checkpointVerify,
+      CHECKPOINT_VERIFY_MODES,
+    );
+    if (this.checkpointMode === "exported") {
+      const missing = HOOK_NAMES.filter((hook) => this[hook] === ResourcesServer.prototype[hook]);
+      if (missing.length > 0) {
+        throw new ConfigError(
+          `${cls.name} declares checkpointMode = "exported" but does not implement [${missing.join(", ")}]`,
+        );
+      }
+    }
+  }
+
+  /** The participant, once the app is built with checkpointing on. */
+  get participant(): ResourcesParticipant | null {
+    this.app();
+    return this.#participant;
+  }
+
+  /** Snapshots the named sessions at commit; leave out a session no longer held. */
+  protected exportSessionStates(_input: {
+    readonly sessionIds: readonly string[];
+    readonly signal: AbortSignal;
+  }): Promise<Readonly<Record<string, JsonValue>>> {
+    return Promise.resolve({});
+  }
+
+  /** Validates every state, then installs all (fresh process); throw to install nothing. */
+  protected restoreSessionStates(_input: {
+    readonly states: Readonly<Record<string, JsonValue>>;
+    readonly signal: AbortSignal;
+  }): Promise<void> {
+    return Promise.resolve();
+  }
+
+  /** Frees one session's state on retire, in every mode; may run twice for one session. */
+  protected retireSessionState(_input: {
+    readonly sessionId: string;
+    readonly signal: AbortSignal;
+  }): Promise<void> {
+    return Promise.resolve();
+  }
+
+  /** The subclass's tool routes. */
+  protected tools(): readonly DataRoute[] {
+    return [];
+  }
+
+  /** The body schema of `/seed_session`. @default any JSON value */
+  protected seedRequestSchema(): z.ZodType {
+    return z.unknown();
+  }
+
+  /** The body schema of `/verify`. @default any JSON object */
+  protected verifyRequestSchema(): z.ZodType<Record<string, unknown>> {
+    return VerifyRequestSchema;
+  }
+
+  /**
+   * Seeds a session. The default keeps no state and answers a native body with
+   * `{resources_session_id, resources_tools: null, sandbox_access: null}`, anything else `{}`.
+   */
+  protected seedSession(input: SessionRouteInput): unknown {
+    const native = ResourcesSeedSessionRequestSchema.safeParse(input.body);
+    if (!native.success) return {};
+    return {
+      resources_session_id: native.data.resources_session_id,
+      resources_tools: null,
+      sandbox_access: null,
+    };
+  }
+
+  /** Verifies the episode of a session and returns its reward. */
+  protected abstract verify(
+    input: SessionRouteInput<Record<string, unknown>>,
+  ): VerifyResult | Promise<VerifyResult>;
+
+  /** Closes a session; succeed when already closed or never seeded. The default keeps no state. */
+  protected closeSession(input: SessionRouteInput): unknown {
+    const body = input.body as { resources_session_id?: unknown };
+    return { resources_session_id: body.resources_session_id ?? null };
+  }
+
+  /**
+   * Tells the participant a session ended on a route other than `/close_session` or `/verify`
+   * (e.g. a terminal `/step`). No-op with checkpointing off.
+   */
+  protected checkpointSessionEnded(session: ResourcesSession): void {
+    this.#participant?.sessionEnded(session.id);
+  }
+
+  protected override createParticipant(): Participant | null {
+    const cls = this.constructor as unknown as ResourcesServerClass;
+    const hooks: SessionHooks = {
+      exportSessionStates: (input) => this.exportSessionStates(input),
+      restoreSessionStates: (input) => this.restoreSessionStates(input),
+      retireSessionState: (input) => this.retireSessionState(input),
+    };
+    this.#participant = new ResourcesParticipant({
+      mode: this.checkpointMode,
+      verify: this.checkpointVerify,
+      sessionStarts: cls.checkpointSessionStarts,
+      hooks,
+      logger: this.logger,
+    });
+    return this.#participant as unknown as Participant;
+  }
+
+  protected override configureApp(app: Express): void {
+    const cls = this.constructor as unknown as ResourcesServerClass;
+    app.use(sessionCookie({ cookieName: `${cls.name}___${this.name}` }));
+    if (this.#participant !== null) {
+      app.use(resourcesCheckpointMiddleware(this.#participant));
+      this.#middlewareInstalled = true;
+    }
+  }
+
+  override app(): Express {
+    const app = super.app();
+    if (this.checkpointEnabled && !this.#middlewareInstalled) {
+      const cls = this.constructor as unknown as ResourcesServerClass;
+      throw new ConfigError(
+        `${cls.name}: checkpointing is on but its app did not install the resources checkpoint participant; ` +
+          "call super.configureApp(app) and do not override createParticipant",
+      );
+    }
+    return app;
+  }
+
+  protected override routes(): readonly DataRoute[] {
+    const withSession = <B>(input: RouteInput<B>): SessionRouteInput<B> => ({
+      ...input,
+      session: sessionOf(input.req),
+    });
+    return [
+      dataRoute({
+        method: "post",
+        path: SEED_SESSION_PATH,
+        summary: "Start a session",
+        request: this.seedRequestSchema(),
+        handler: (input) => this.seedSession(withSession(input)),
+      }),
+      dataRoute({
+        method: "post",
+        path: VERIFY_PATH,
+        summary: "Verify a session's episode",
+        request: this.verifyRequestSchema(),
+        handler: async (input) => {
+          const result = await this.verify(withSession(input));
+          return {
+            ...input.body,
+            mask_sample: false,
+            failure_kind: null,
+            failure_reason: null,
+            ...result,
+          };
+        },
+      }),
+      dataRoute({
+        method: "post",
+        path: CLOSE_SESSION_PATH,
+        summary: "Close a session and free its state",
+        request: ResourcesCloseSessionRequestSchema,
+        handler: (input) => this.closeSession(withSession(input)),
+      }),
+      ...this.tools(),
+    ];
+  }
+}
+
+/** The session of a request to a resources server (for tool handlers). */
+export function resourcesSession(input: RouteInput<unknown>): ResourcesSession {
+  return sessionOf(input.req);
+}

@@ -1,0 +1,64 @@
+import type { RequestHandler } from "express";
+import type { ResourcesParticipant } from "../../participants/resources/resources-participant.js";
+import { rolloutOf } from "../rollout-prefix.js";
+import { onResponseStart } from "./response-start.js";
+import { sessionOf } from "./session-cookie.js";
+
+/** On every session-start reply: the server's verify declaration. */
+export const VERIFY_HEADER = "x-ng-checkpoint-verify";
+/** On session-start replies of a `restart_only` server: `1`. */
+export const RESTART_HEADER = "x-ng-checkpoint-restart";
+/** Sent by a caller on a replayable `/verify` when its `/close_session` follows: `1`. */
+export const CLOSE_FOLLOWS_HEADER = "x-ng-checkpoint-close-follows";
+
+/**
+ * The checkpoint middleware of a resources server (spec resources §8): passes GET/HEAD and
+ * control routes through; waits for admission (never refuses for an open checkpoint); admits,
+ * counts and fences each request through the participant; decorates session-start replies and
+ * updates session tracking when the response starts.
+ */
+export function resourcesCheckpointMiddleware(participant: ResourcesParticipant): RequestHandler {
+  return (req, res, next) => {
+    if (req.method === "GET" || req.method === "HEAD" || req.path.startsWith("/ng-control/")) {
+      next();
+      return;
+    }
+    const session = sessionOf(req);
+    const path = req.path;
+    const abort = new AbortController();
+    const onClose = (): void => abort.abort(new Error("the client closed the connection"));
+    res.once("close", onClose);
+    participant
+      .admit({
+        sessionId: session.id,
+        path,
+        episode: rolloutOf(req)?.episodeId ?? null,
+        signal: abort.signal,
+      })
+      .then(
+        (admitted) => {
+          res.off("close", onClose);
+          const start = participant.isSessionStart(path);
+          onResponseStart(res, (status) => {
+            if (start) {
+              res.setHeader(VERIFY_HEADER, participant.verify);
+              if (participant.mode === "restart_only") res.setHeader(RESTART_HEADER, "1");
+            }
+            admitted.responseStarted({
+              status,
+              sessionId: session.id,
+              closeFollows: req.get(CLOSE_FOLLOWS_HEADER) === "1",
+            });
+          });
+          res.once("close", () => admitted.finish());
+          if (res.destroyed) admitted.finish();
+          next();
+        },
+        (error: unknown) => {
+          res.off("close", onClose);
+          if (abort.signal.aborted) return; // nobody is listening any more
+          next(error);
+        },
+      );
+  };
+}

@@ -1,0 +1,387 @@
+import { describe, expect, it } from "vitest";
+import { episodeId, type EpisodeId } from "../../../../sdk/src/identity/episode-id.js";
+import { GymError } from "../../../../sdk/src/errors.js";
+import {
+  ResourcesParticipant,
+  type ResourcesParticipantOptions,
+} from "../../../../sdk/src/participants/resources/resources-participant.js";
+import type { JsonValue } from "../../../../sdk/src/wire/json-value.js";
+
+const prepare = { checkpoint_id: "c1", deadline_ts: 0 };
+const signal = () => new AbortController().signal;
+
+function counterHooks() {
+  const counts = new Map<string, number>();
+  const retired: string[] = [];
+  return {
+    counts,
+    retired,
+    hooks: {
+      exportSessionStates: ({ sessionIds }: { sessionIds: readonly string[] }) => {
+        const out: Record<string, JsonValue> = {};
+        for (const id of sessionIds) if (counts.has(id)) out[id] = { count: counts.get(id) ?? 0 };
+        return Promise.resolve(out);
+      },
+      restoreSessionStates: ({ states }: { states: Readonly<Record<string, JsonValue>> }) => {
+        for (const [id, s] of Object.entries(states))
+          counts.set(id, (s as { count: number }).count);
+        return Promise.resolve();
+      },
+      retireSessionState: ({ sessionId }: { sessionId: string }) => {
+        retired.push(sessionId);
+        counts.delete(sessionId);
+        return Promise.resolve();
+      },
+    },
+  };
+}
+
+async function seed(p: ResourcesParticipant, sid: string, e: EpisodeId): Promise<void> {
+  const t = await p.admit({ sessionId: sid, path: "/seed_session", episode: e });
+  t.responseStarted({ status: 200, sessionId: sid, closeFollows: false });
+  t.finish();
+}
+
+async function code(work: Promise<unknown> | (() => unknown)): Promise<string> {
+  try {
+    await (typeof work === "function" ? work() : work);
+  } catch (error) {
+    if (error instanceof GymError) return error.code;
+    throw error;
+  }
+  return "ok";
+}
+
+function make(options: ResourcesParticipantOptions = {}) {
+  return new ResourcesParticipant(options);
+}
+
+const r0 = episodeId("r", 0);
+const r1 = episodeId("r", 1);
+
+describe("ResourcesParticipant admission", () => {
+  it("a tool call during an open checkpoint waits for resume instead of being refused", async () => {
+    const p = make({ mode: "stateless" });
+    await seed(p, "s", r0);
+    p.closeAdmission(prepare);
+    let admitted = false;
+    const pending = p.admit({ sessionId: "s", path: "/tool", episode: r0 }).then((t) => {
+      admitted = true;
+      return t;
+    });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(admitted).toBe(false);
+    expect(p.ready()).toBe(true); // a waiting request is not in flight
+    p.openAdmission();
+    (await pending).finish();
+    expect(admitted).toBe(true);
+  });
+
+  it("a replayable verify is admitted at once and does not count toward inflight", async () => {
+    const p = make({ mode: "exported", verify: "replay", ...counterHooks() });
+    await seed(p, "s", r0);
+    p.closeAdmission(prepare);
+    const t = await p.admit({ sessionId: "s", path: "/verify", episode: r0 });
+    expect(p.readiness().ready).toBe(true);
+    t.responseStarted({ status: 200, sessionId: "s", closeFollows: false });
+    t.finish();
+    // Ended while admission was closed: kept (and exported) until resume.
+    expect(p.readiness().counts.sessions).toBe(1);
+    p.openAdmission();
+    expect(p.readiness().counts.sessions).toBe(0);
+  });
+
+  it("a verify with close-follows keeps the session until its close", async () => {
+    const p = make({ mode: "stateless", verify: "replay" });
+    await seed(p, "s", r0);
+    const v = await p.admit({ sessionId: "s", path: "/verify", episode: r0 });
+    v.responseStarted({ status: 200, sessionId: "s", closeFollows: true });
+    v.finish();
+    expect(p.isOpen("s")).toBe(true);
+    const c = await p.admit({ sessionId: "s", path: "/close_session", episode: r0 });
+    c.responseStarted({ status: 200, sessionId: "s", closeFollows: false });
+    c.finish();
+    expect(p.isOpen("s")).toBe(false);
+  });
+
+  it("a wait-mode verify ends the session at once even with close-follows", async () => {
+    const p = make({ mode: "stateless" });
+    await seed(p, "s", r0);
+    const v = await p.admit({ sessionId: "s", path: "/verify", episode: r0 });
+    v.responseStarted({ status: 200, sessionId: "s", closeFollows: true });
+    v.finish();
+    expect(p.isOpen("s")).toBe(false);
+  });
+
+  it("session starts, verify and close need a rollout prefix", async () => {
+    const p = make();
+    for (const path of ["/seed_session", "/verify", "/close_session"]) {
+      expect(await code(p.admit({ sessionId: "s", path, episode: null }))).toBe(
+        "rollout_id_required",
+      );
+    }
+    expect(await code(p.admit({ sessionId: "s", path: "/tool", episode: null }))).toBe("ok");
+  });
+
+  it("a request naming another attempt than its session's is refused stale_attempt", async () => {
+    const p = make();
+    await seed(p, "s", r0);
+    expect(await code(p.admit({ sessionId: "s", path: "/tool", episode: r1 }))).toBe(
+      "stale_attempt",
+    );
+    expect(
+      await code(p.admit({ sessionId: "s", path: "/tool", episode: episodeId("other") })),
+    ).toBe("stale_attempt");
+  });
+
+  it("a seed that replaces the session ID is tracked under the new one", async () => {
+    const p = make();
+    const t = await p.admit({ sessionId: "old", path: "/seed_session", episode: r0 });
+    t.responseStarted({ status: 200, sessionId: "new", closeFollows: false });
+    t.finish();
+    expect(p.isOpen("new")).toBe(true);
+    expect(p.isOpen("old")).toBe(false);
+  });
+
+  it("a failed seed tracks nothing", async () => {
+    const p = make();
+    const t = await p.admit({ sessionId: "s", path: "/seed_session", episode: r0 });
+    t.responseStarted({ status: 500, sessionId: "s", closeFollows: false });
+    t.finish();
+    expect(p.isOpen("s")).toBe(false);
+  });
+});
+
+describe("ResourcesParticipant modes", () => {
+  it("restart_only reports live sessions and seeds in flight as restarts and never blocks", async () => {
+    const p = make();
+    await seed(p, "a", episodeId("a"));
+    const inflight = await p.admit({
+      sessionId: "b",
+      path: "/seed_session",
+      episode: episodeId("b"),
+    });
+    const tool = await p.admit({ sessionId: "a", path: "/tool", episode: episodeId("a") });
+    p.closeAdmission(prepare);
+    const report = p.readiness();
+    expect(report.ready).toBe(true);
+    expect(report.restarts).toEqual(["a", "b"]);
+    expect(report.counts.inflight).toBe(2);
+    // Tool calls keep running; only session starts wait.
+    (await p.admit({ sessionId: "a", path: "/tool", episode: episodeId("a") })).finish();
+    let seeded = false;
+    void p.admit({ sessionId: "c", path: "/seed_session", episode: episodeId("c") }).then((t) => {
+      seeded = true;
+      t.finish();
+    });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(seeded).toBe(false);
+    expect(await p.export(null, signal())).toEqual([]);
+    inflight.finish();
+    tool.finish();
+    p.openAdmission();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(seeded).toBe(true);
+  });
+
+  it("a seed waiting for resume waits again when a new checkpoint closes admission first", async () => {
+    const p = make();
+    p.closeAdmission(prepare);
+    let seeded = false;
+    void p.admit({ sessionId: "c", path: "/seed_session", episode: r0 }).then((t) => {
+      seeded = true;
+      t.finish();
+    });
+    p.openAdmission();
+    p.closeAdmission({ checkpoint_id: "c2", deadline_ts: 0 });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(seeded).toBe(false);
+    p.openAdmission();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(seeded).toBe(true);
+  });
+
+  it("stateless and exported: a request in flight blocks readiness", async () => {
+    for (const mode of ["stateless", "exported"] as const) {
+      const p = make({ mode, ...counterHooks() });
+      await seed(p, "s", r0);
+      const t = await p.admit({ sessionId: "s", path: "/tool", episode: r0 });
+      p.closeAdmission(prepare);
+      expect(p.ready()).toBe(false);
+      t.finish();
+      expect(p.ready()).toBe(true);
+    }
+  });
+
+  it("a request in flight on a restart carried from an earlier stage does not block", async () => {
+    const p = make({ mode: "exported", ...counterHooks() });
+    await seed(p, "s", r0);
+    const t = await p.admit({ sessionId: "s", path: "/tool", episode: r0 });
+    p.closeAdmission({ ...prepare, restarts: ["r"] });
+    expect(p.ready()).toBe(true);
+    expect(await p.export(null, signal())).toEqual([]);
+    t.finish();
+  });
+
+  it("stateless exports nothing", async () => {
+    const p = make({ mode: "stateless" });
+    await seed(p, "s", r0);
+    p.closeAdmission(prepare);
+    expect(await p.export(null, signal())).toEqual([]);
+  });
+
+  it("exported: exports sessions in scope, drops one missing from the hook result", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    await seed(p, "a", episodeId("a"));
+    await seed(p, "b", episodeId("b"));
+    await seed(p, "gone", episodeId("g"));
+    c.counts.set("a", 3);
+    c.counts.set("b", 4);
+    p.closeAdmission(prepare);
+    const scoped = await p.export([episodeId("a"), episodeId("g")], signal());
+    expect(scoped).toEqual([
+      {
+        episode_id: { rollout_id: "a", attempt: 0 },
+        session_id: "a",
+        state: { count: 3 },
+        owner: null,
+      },
+    ]);
+    expect(p.isOpen("gone")).toBe(false);
+    expect((await p.export(null, signal())).map((r) => r.session_id)).toEqual(["a", "b"]);
+  });
+});
+
+describe("ResourcesParticipant restore", () => {
+  const record = {
+    episode_id: { rollout_id: "r", attempt: 0 } as EpisodeId,
+    session_id: "s",
+    state: { count: 2 },
+    owner: null,
+  };
+
+  it("installs each session under its next attempt, pending until a request claims it", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    p.markRetired([r0]);
+    p.closeAdmission({ ...prepare, checkpoint_dir: "/x", episode_ids: [r0] });
+    await p.install([record], [r0], signal());
+    expect(c.counts.get("s")).toBe(2);
+    expect(p.restoredPending()).toEqual([r1]);
+    p.openAdmission();
+    // The cookie alone cannot tell the replacement from the replaced attempt.
+    expect(await code(p.admit({ sessionId: "s", path: "/tool", episode: null }))).toBe(
+      "rollout_id_required",
+    );
+    expect(await code(p.admit({ sessionId: "s", path: "/close_session", episode: r0 }))).toBe(
+      "stale_attempt",
+    );
+    expect(p.restoredPending()).toEqual([r1]);
+    (await p.admit({ sessionId: "s", path: "/tool", episode: r1 })).finish();
+    expect(p.restoredPending()).toEqual([]);
+  });
+
+  it("refuses a restore into a process that has sessions, and records into restart_only", async () => {
+    const busy = make({ mode: "exported", ...counterHooks() });
+    await seed(busy, "x", r0);
+    expect(await code(busy.install([record], [r0], signal()))).toBe("checkpoint_error");
+    expect(await code(make().install([record], [r0], signal()))).toBe("checkpoint_error");
+    expect(await code(make().install([], [r0], signal()))).toBe("ok");
+  });
+
+  it("deleteRestored frees unclaimed restored sessions without a retire mark", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    await p.install([record], [r0], signal());
+    await p.deleteRestored(r1, signal());
+    expect(c.retired).toEqual(["s"]);
+    expect(p.restoredPending()).toEqual([]);
+    p.openAdmission();
+    expect(await code(seed(p, "s2", r1))).toBe("ok");
+  });
+});
+
+describe("ResourcesParticipant retire and forget", () => {
+  it("marking fences the attempt's sessions at once; retire drains, then frees in every mode", async () => {
+    for (const mode of ["restart_only", "stateless", "exported"] as const) {
+      const c = counterHooks();
+      const p = make({ mode, hooks: c.hooks });
+      await seed(p, "s", r0);
+      const t = await p.admit({ sessionId: "s", path: "/tool", episode: r0 });
+      p.markRetired([r0]);
+      expect(await code(p.admit({ sessionId: "s", path: "/tool", episode: null }))).toBe(
+        "stale_attempt",
+      );
+      expect(p.statusExtra()).toMatchObject({ retired_sessions: 1, mode });
+      const retiring = p.retire(r0, signal());
+      await new Promise((r) => setTimeout(r, 10));
+      expect(c.retired).toEqual([]); // waits for the request in flight
+      expect(await code(() => p.checkForget(["r"]))).toBe("retire_incomplete");
+      t.finish();
+      await retiring;
+      expect(c.retired).toEqual(["s"]);
+      expect(p.readiness().ready).toBe(true);
+      p.checkForget(["r"]);
+      p.forget(["r"]);
+      expect(p.statusExtra()).toMatchObject({ retired_sessions: 0 });
+    }
+  });
+
+  it("a close from the retired attempt still goes through", async () => {
+    const p = make();
+    await seed(p, "s", r0);
+    p.markRetired([r0]);
+    expect(await code(p.admit({ sessionId: "s", path: "/close_session", episode: r0 }))).toBe("ok");
+  });
+
+  it("a retire cut short leaves the session tracked, blocking and refused until a retry frees it", async () => {
+    const c = counterHooks();
+    let fail = true;
+    const p = make({
+      mode: "exported",
+      hooks: {
+        ...c.hooks,
+        retireSessionState: async (input) => {
+          if (fail) throw new Error("sandbox busy");
+          await c.hooks.retireSessionState(input);
+        },
+      },
+    });
+    await seed(p, "s", r0);
+    p.markRetired([r0]);
+    await expect(p.retire(r0, signal())).rejects.toThrow("sandbox busy");
+    expect(p.readiness()).toMatchObject({ ready: false, blockers: ["r"] });
+    expect(await p.export(null, signal())).toEqual([]);
+    expect(await code(() => p.checkForget(["r"]))).toBe("retire_incomplete");
+    fail = false;
+    await p.retire(r0, signal());
+    expect(p.ready()).toBe(true);
+    p.checkForget(["r"]);
+  });
+
+  it("retire waits for an admitted seed and frees the session it creates", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    const t = await p.admit({ sessionId: "s", path: "/seed_session", episode: r0 });
+    p.markRetired([r0]);
+    expect(await code(() => p.checkForget(["r"]))).toBe("retire_incomplete");
+    const retiring = p.retire(r0, signal());
+    c.counts.set("s", 0);
+    t.responseStarted({ status: 200, sessionId: "s", closeFollows: false });
+    expect(p.isOpen("s")).toBe(false); // registered as retired at once
+    t.finish();
+    await retiring;
+    expect(c.retired).toEqual(["s"]);
+  });
+
+  it("a seed still waiting for resume when marked is refused once admitted", async () => {
+    const p = make();
+    p.closeAdmission(prepare);
+    const waiting = code(p.admit({ sessionId: "s", path: "/seed_session", episode: r0 }));
+    p.markRetired([r0]);
+    await p.retire(r0, signal()); // not held up by the waiting seed
+    p.openAdmission();
+    expect(await waiting).toBe("stale_attempt");
+  });
+});
