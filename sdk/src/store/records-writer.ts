@@ -4,7 +4,7 @@ import path from "node:path";
 import { CheckpointStateError } from "../errors.js";
 import { captureKey } from "../identity/episode-id.js";
 import { Mutex } from "../util/mutex.js";
-import { encodeJson } from "../wire/json-value.js";
+import { encodeJsonPieces } from "../wire/json-value.js";
 import { MANIFEST_SCHEMA_VERSION, type Manifest, type RecordBase } from "../wire/storage.js";
 import { fsyncDir } from "./fs-sync.js";
 import { sameManifest, serializeManifest } from "./manifest-json.js";
@@ -118,7 +118,7 @@ export class RecordsWriter {
     try {
       for (const record of records) {
         this.#checkNotStopped();
-        await lines.add(encodeRecord(record));
+        await lines.add(encodeRecordPieces(record));
         count += 1;
       }
       await lines.finish();
@@ -194,24 +194,34 @@ export class RecordsWriter {
 
 /** The stored line of one record, refusing a value that cannot be written as JSON by episode. */
 export function encodeRecordLine(record: RecordBase): string {
-  return encodeRecord(record) + "\n";
+  return encodeRecordPieces(record).join("") + "\n";
 }
 
-/** A record's stored JSON (without the newline), refusing what cannot be written, by episode. */
-function encodeRecord(record: RecordBase): string {
+/** A record's stored JSON (without the newline) in pieces, refusing what cannot be written. */
+function encodeRecordPieces(record: RecordBase): string[] {
+  const pieces: string[] = [];
   try {
-    return encodeJson(record);
+    encodeJsonPieces(record, (piece) => pieces.push(piece));
   } catch (error) {
-    // Not only NotJsonError: a getter or proxy trap that throws while the record is walked
-    // also makes the record unwritable, and the refusal must still name its episode.
-    const key = safeKey(record);
-    const reason = error instanceof Error ? error.message : String(error);
-    throw new CheckpointStateError(
-      `checkpoint record of episode '${key}' is not JSON: ${reason}`,
-      key,
-      { cause: error },
-    );
+    throw notWritable(record, error);
   }
+  return pieces;
+}
+
+/**
+ * A record that cannot be written, named by its episode. Not only NotJsonError: a getter or
+ * proxy trap that throws while the record is walked also makes it unwritable.
+ */
+function notWritable(record: RecordBase, error: unknown): CheckpointStateError {
+  const key = safeKey(record);
+  const reason = error instanceof Error ? error.message : String(error);
+  return new CheckpointStateError(
+    `checkpoint record of episode '${key}' is not JSON: ${reason}`,
+    key,
+    {
+      cause: error,
+    },
+  );
 }
 
 /** The manifest's text; extras that standard JSON cannot hold fail the commit (422). */
@@ -254,24 +264,29 @@ class LineBatcher {
     this.#hash = hash;
   }
 
-  /** Appends `json` and a newline. */
-  async add(json: string): Promise<void> {
-    const length = Buffer.byteLength(json, "utf8") + 1;
-    if (this.#offset + length > WRITE_BATCH_BYTES) await this.#flush();
-    if (length > WRITE_BATCH_BYTES) {
-      const own = Buffer.allocUnsafe(length);
-      own.write(json, 0, "utf8");
-      own[length - 1] = 0x0a;
-      this.#hash.update(own);
-      await this.#inFlight[this.#current];
-      this.#inFlight[this.#current] = writeFully(this.#handle, own, this.#claim(length));
-      await this.#switch();
-      return;
+  /** Appends one line: its pieces, then a newline. */
+  async add(pieces: readonly string[]): Promise<void> {
+    for (const piece of pieces) {
+      // A UTF-16 code unit takes at most 3 UTF-8 bytes: the bound avoids measuring the piece.
+      const bound = piece.length * 3;
+      if (this.#offset + bound > WRITE_BATCH_BYTES) await this.#flush();
+      if (bound > WRITE_BATCH_BYTES) {
+        await this.#writeOwn(Buffer.from(piece, "utf8"));
+        continue;
+      }
+      this.#offset += (this.#buffers[this.#current] as Buffer).write(piece, this.#offset, "utf8");
     }
-    const buffer = this.#buffers[this.#current] as Buffer;
-    buffer.write(json, this.#offset, "utf8");
-    buffer[this.#offset + length - 1] = 0x0a;
-    this.#offset += length;
+    if (this.#offset + 1 > WRITE_BATCH_BYTES) await this.#flush();
+    (this.#buffers[this.#current] as Buffer)[this.#offset] = 0x0a;
+    this.#offset += 1;
+  }
+
+  /** A piece larger than a batch goes out from a buffer of its own, in order. */
+  async #writeOwn(own: Buffer): Promise<void> {
+    this.#hash.update(own);
+    await this.#inFlight[this.#current];
+    this.#inFlight[this.#current] = writeFully(this.#handle, own, this.#claim(own.length));
+    await this.#switch();
   }
 
   /** Writes what is buffered and waits for every write. */

@@ -330,6 +330,74 @@ function writeArray(arr: JsonValue[], extended: Set<object>): string {
   return out + "]";
 }
 
+/** Arrays of scalars longer than this are emitted in slices of this many items. */
+const PIECE_ITEMS = 2048;
+/** Containers nested deeper than this are emitted whole. */
+const PIECE_DEPTH = 4;
+const NOTHING_EXTENDED: Set<object> = new Set();
+
+/**
+ * Encodes like {@link encodeJson}, handing the text to `emit` in pieces whose concatenation is
+ * exactly `encodeJson(value)`.
+ *
+ * Why: `JSON.stringify` of a large record returns a rope that must be flattened into one large
+ * string before it can be written; on a VM each such fresh large allocation costs page faults
+ * that exceed the encoding itself. Pieces of a few tens of KB stay in the regular heap. The
+ * checkpoint writer copies the pieces straight into its reused write buffers.
+ *
+ * Throws {@link NotJsonError} (before emitting anything) when the value is not JSON.
+ */
+export function encodeJsonPieces(value: unknown, emit: (piece: string) => void): void {
+  const extended = validate(value) ?? NOTHING_EXTENDED;
+  emitPieces(value as JsonValue, extended, 0, emit);
+}
+
+function emitPieces(
+  value: JsonValue,
+  extended: Set<object>,
+  depth: number,
+  emit: (piece: string) => void,
+): void {
+  if (value === null || typeof value !== "object" || depth >= PIECE_DEPTH) {
+    emit(writeValue(value, extended));
+    return;
+  }
+  if (isArray(value)) {
+    const n = value.length;
+    const first = value[0];
+    const nested = first !== null && typeof first === "object";
+    if (n === 0 || (!nested && n <= PIECE_ITEMS)) {
+      emit(writeValue(value, extended));
+      return;
+    }
+    emit("[");
+    if (nested) {
+      for (let i = 0; i < n; i++) {
+        if (i > 0) emit(",");
+        emitPieces(value[i] as JsonValue, extended, depth + 1, emit);
+      }
+    } else {
+      const special = extended.has(value);
+      for (let i = 0; i < n; i += PIECE_ITEMS) {
+        const slice = value.slice(i, i + PIECE_ITEMS);
+        const text = special ? writeArray(slice, extended) : JSON.stringify(slice);
+        if (i > 0) emit(",");
+        emit(text.slice(1, -1));
+      }
+    }
+    emit("]");
+    return;
+  }
+  const keys = Object.keys(value);
+  emit("{");
+  for (let i = 0, n = keys.length; i < n; i++) {
+    const key = keys[i] as string;
+    emit((i > 0 ? "," : "") + JSON.stringify(key) + ":");
+    emitPieces(value[key] as JsonValue, extended, depth + 1, emit);
+  }
+  emit("}");
+}
+
 /**
  * Encodes a value as compact, single-line JSON text (extended with `NaN`, `Infinity`,
  * `-Infinity`, `-0` and arbitrary-size integer literals for bigints). Non-ASCII characters are

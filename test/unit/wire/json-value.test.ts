@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
   JsonPayloadSchema,
+  encodeJsonPieces,
   withDecodedPayloadsTrusted,
   JsonSyntaxError,
   MAX_JSON_DEPTH,
@@ -823,5 +824,43 @@ describe("decoded payloads on restore", () => {
     expect(JsonPayloadSchema.safeParse(date).success).toBe(false);
     expect(withDecodedPayloadsTrusted(() => JsonPayloadSchema.safeParse(date).success)).toBe(true);
     expect(JsonPayloadSchema.safeParse(date).success).toBe(false);
+  });
+});
+
+describe("encodeJsonPieces", () => {
+  function pieces(value: unknown): string[] {
+    const out: string[] = [];
+    encodeJsonPieces(value, (piece) => out.push(piece));
+    return out;
+  }
+
+  it("emits pieces whose concatenation is exactly encodeJson", () => {
+    fc.assert(
+      fc.property(fc.oneof(jsonValueArb, longArrayArb, standardJsonArb), (value) => {
+        expect(pieces(value).join("")).toBe(encodeJson(value));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("splits a large record into pieces no larger than its parts", () => {
+    const text = "x".repeat(60_000);
+    const record = {
+      episode_id: { rollout_id: "r", attempt: 0 },
+      messages: [0, 1, 2, 3, 4].map((i) => ({ role: "user", content: `${i}${text}` })),
+      token_ids: Array.from({ length: 10_000 }, (_, i) => i),
+      logprobs: Array.from({ length: 5_000 }, (_, i) => (i % 2 === 0 ? -i / 7 : Number.NaN)),
+    };
+    const out = pieces(record);
+    expect(out.join("")).toBe(encodeJson(record));
+    expect(Math.max(...out.map((piece) => piece.length))).toBeLessThan(70_000);
+  });
+
+  it("emits nothing for a value that is not JSON", () => {
+    const out: string[] = [];
+    expect(() => encodeJsonPieces({ a: [1, new Date(0)] }, (piece) => out.push(piece))).toThrow(
+      NotJsonError,
+    );
+    expect(out).toEqual([]);
   });
 });
