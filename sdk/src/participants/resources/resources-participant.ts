@@ -221,7 +221,12 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     }
     this.#restoredPending.delete(sessionId);
     const counted = !replayable;
-    const key = counted ? this.#keyOf(sessionId, seedEpisode ?? episode) : "";
+    // A session start is its own attempt's request, whatever attempt the cookie's session held.
+    const key = !counted
+      ? ""
+      : seedEpisode !== null
+        ? captureKey(seedEpisode)
+        : this.#keyOf(sessionId, episode);
     this.#sessionRequests.set(sessionId, (this.#sessionRequests.get(sessionId) ?? 0) + 1);
     if (counted) {
       this.#inflight += 1;
