@@ -53,10 +53,19 @@ export type Bounded<T> = { done: true; value: T } | { done: false };
  */
 export async function awaitUntil<T>(work: Promise<T>, deadlineTs: number): Promise<Bounded<T>> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<{ done: false }>((resolve) => {
-    timer = setTimeout(() => resolve({ done: false }), Math.min(msUntil(deadlineTs), MAX_TIMER_MS));
-    timer.unref?.();
-  });
+  const left = msUntil(deadlineTs);
+  const timeout =
+    left === 0
+      ? // Already past: work that has settled still counts, work still running does not, whatever
+        // the machine's load (a 0 ms timer could lose the race to fast I/O).
+        Promise.resolve()
+          .then(() => undefined)
+          .then(() => undefined)
+          .then(() => ({ done: false as const }))
+      : new Promise<{ done: false }>((resolve) => {
+          timer = setTimeout(() => resolve({ done: false }), Math.min(left, MAX_TIMER_MS));
+          timer.unref?.();
+        });
   try {
     return await Promise.race([work.then((value) => ({ done: true as const, value })), timeout]);
   } finally {
