@@ -21,6 +21,7 @@ import {
 import { controlRouter } from "./control-router.js";
 import type { DataRoute } from "./data-route.js";
 import { errorHandler, notFoundHandler } from "./error-handler.js";
+import { handlerStarted } from "./handler-lifecycle.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 
 /** Data bodies (conversations, token arrays) can be large; this bounds them. */
@@ -269,6 +270,7 @@ export class Server {
       res.on("close", onClose);
       const onShutdown = (): void => abort.abort(this.#shutdown.signal.reason);
       this.#shutdown.signal.addEventListener("abort", onShutdown, { once: true });
+      const settled = handlerStarted(res);
       try {
         const result = await route.handler({
           body: body as never,
@@ -279,6 +281,7 @@ export class Server {
         });
         if (result !== undefined && !res.headersSent) res.json(result);
       } finally {
+        settled();
         this.#shutdown.signal.removeEventListener("abort", onShutdown);
       }
     });

@@ -340,6 +340,27 @@ describe("sessions are tracked when the response starts", () => {
     expect(prepared.body.phase).toBe("prepared");
   });
 
+  it("a handler that ignores its signal stays counted in flight after its client left, until it settles", async () => {
+    const { server, url } = await serve({ mode: "exported" });
+    await post(url, "/ng-rollout/r/seed_session", "s").expect(200);
+    const hold = server.hold("tool");
+    const req = http.request(`${url}/ng-rollout/r/tool`, {
+      method: "POST",
+      headers: { "content-type": "application/json", cookie: cookie("s") },
+    });
+    req.on("error", () => undefined);
+    req.end("{}");
+    await hold.entered;
+    req.destroy(); // the client leaves before any reply; the handler keeps running
+    await expect.poll(async () => (await status(url)).report.counts.inflight, poll).toBe(1);
+    const early = await control(url, "prepare", { checkpoint_id: "c1", deadline_ts: soon() });
+    expect(early.body.phase).toBe("preparing");
+    hold.release();
+    await expect.poll(async () => (await status(url)).report.counts.inflight, poll).toBe(0);
+    const prepared = await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    expect(prepared.body.phase).toBe("prepared");
+  });
+
   it("a verify whose reply started ends the session even when its client leaves", async () => {
     const { server, url } = await serve({ mode: "exported" });
     await post(url, "/ng-rollout/r/seed_session", "s").expect(200);

@@ -1,5 +1,6 @@
 import type { RequestHandler } from "express";
 import type { ResourcesParticipant } from "../../participants/resources/resources-participant.js";
+import { handlerSettled } from "../handler-lifecycle.js";
 import { rolloutOf } from "../rollout-prefix.js";
 import { onResponseStart } from "./response-start.js";
 import { sessionOf } from "./session-cookie.js";
@@ -50,7 +51,13 @@ export function resourcesCheckpointMiddleware(participant: ResourcesParticipant)
               closeFollows: req.get(CLOSE_FOLLOWS_HEADER) === "1",
             });
           });
-          res.once("close", () => admitted.finish());
+          // Counted until the handler settles, not merely until the connection closes: a handler
+          // that ignores its signal after the client left is still work in flight.
+          res.once("close", () => {
+            const settled = handlerSettled(res);
+            if (settled === null) admitted.finish();
+            else void settled.then(() => admitted.finish());
+          });
           if (res.destroyed) admitted.finish();
           next();
         },
