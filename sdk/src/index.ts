@@ -209,3 +209,25 @@ export {
   CHECKPOINT_VERIFY_MODES,
 } from "./participants/resources/declarations.js";
 export type { CheckpointMode, CheckpointVerify } from "./participants/resources/declarations.js";
+
+// ---- Environment servers (@experimental) ------------------------------------------------
+export { EnvironmentServer, RunRequestSchema, TaskIdSchema } from "./server/environment-server.js";
+export type {
+  EpisodeFailure,
+  EpisodeOutcome,
+  RunEpisodeInput,
+  RunReply,
+  RunRequest,
+  TaskId,
+} from "./server/environment-server.js";
+export {
+  EnvironmentParticipant,
+  EnvironmentRecordSchema,
+} from "./participants/environment/environment-participant.js";
+export type {
+  AdmittedEpisode,
+  BeginEpisodeInput,
+  EnvironmentRecord,
+  EpisodeHandle,
+} from "./participants/environment/environment-participant.js";
+export { taskDigest } from "./participants/environment/task-digest.js";

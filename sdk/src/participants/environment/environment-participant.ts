@@ -1,0 +1,311 @@
+/**
+ * The checkpoint participant of an environment server (spec environment §7, as amended by
+ * #3885): episodes keyed by capture key on the SDK's {@link EpisodeSteps} runner, their latest
+ * boundaries exported, restored boundaries handed to the replacement `/run`. Transport-free.
+ *
+ * @see docs/environment-server.md
+ * @module
+ */
+import { z } from "zod";
+import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
+import { CheckpointError, EpisodeError } from "../../errors.js";
+import {
+  captureKey,
+  episodeIdToWire,
+  fromCaptureKey,
+  nextAttempt,
+  parseEpisodeId,
+  type EpisodeId,
+} from "../../identity/episode-id.js";
+import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
+import type { PrepareReport } from "../../wire/control.js";
+import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../wire/json-value.js";
+import { recordSchema } from "../../wire/storage.js";
+import { taskDigest } from "./task-digest.js";
+
+/** One stored episode of an environment server (spec environment §7.12). */
+export const EnvironmentRecordSchema = recordSchema({
+  task_digest: z.string().regex(/^[0-9a-f]{64}$/),
+  boundary: JsonPayloadSchema.nullable(),
+});
+/** One stored episode record. */
+export type EnvironmentRecord = z.infer<typeof EnvironmentRecordSchema>;
+
+/**
+ * What an episode's protocol may do with its episode: record boundaries, run steps, read the
+ * restored boundary it continues from. Bound to one episode.
+ *
+ * @experimental
+ * @see docs/environment-server.md
+ */
+export interface EpisodeHandle {
+  /** The attempt this episode runs. */
+  readonly episode: EpisodeId;
+  /** Its capture key (`<rollout>` or `<rollout>-a<N>`). */
+  readonly captureKey: string;
+  /** Aborted by retire, the episode deadline, the client going away or shutdown: then stop. */
+  readonly signal: AbortSignal;
+  /**
+   * The restored boundary this attempt continues from: the first call returns it, later calls
+   * null. Null too when the episode was not restored (or restored with no boundary): start over.
+   */
+  continuation(): JsonValue | null;
+  /**
+   * Records a boundary (an object naming the next stage, or a function building it; called only
+   * with checkpointing on). Inside a checkpoint the episode parks here until resume.
+   */
+  boundary(state: BoundaryState): Promise<void>;
+  /** Runs one step in `wait` or `replay` mode (see {@link StepMode}). */
+  step<T>(mode: StepMode, fn: (signal: AbortSignal) => T | Promise<T>): Promise<T>;
+  /**
+   * Makes this episode a restart (it can never be continued), once no checkpoint is open; e.g.
+   * when a seed reply carried `x-ng-checkpoint-restart: 1`.
+   */
+  markRestart(signal?: AbortSignal): Promise<void>;
+}
+
+/** An admitted episode as the server holds it: the handle plus its end of life. */
+export interface AdmittedEpisode extends EpisodeHandle {
+  /** Final cleanup starts: a retire now waits for the episode instead of cancelling it. */
+  finishing(): void;
+  /** The episode has ended (after its final cleanup). Idempotent. */
+  end(): void;
+}
+
+/** Input of {@link EnvironmentParticipant.begin}. */
+export interface BeginEpisodeInput {
+  /** The attempt the `/run` names. */
+  readonly episode: EpisodeId;
+  /** The task in JSON form (`{task_id, task_input}`), digested to match restored records. */
+  readonly task: unknown;
+  /** The episode can never be continued (a server that records no boundaries). */
+  readonly restart: boolean;
+  /** Absolute deadline, Unix seconds, or null. @default null */
+  readonly deadlineTs?: number | null;
+  /** Aborts the episode (client gone, shutdown). */
+  readonly signal?: AbortSignal;
+}
+
+interface RestoredEpisode {
+  /** The replacement attempt the record waits for. */
+  readonly episode: EpisodeId;
+  readonly taskDigest: string;
+  readonly boundary: JsonValue | null;
+}
+
+/**
+ * The environment participant (kind `environment`).
+ *
+ * ## Rules
+ * - **Begin** checks, in order: the retired-attempt fence (`stale_attempt`); admission, closed by
+ *   a checkpoint or by a restore until its resume (`admission_closed`; after the resume only the
+ *   replacement of a still-unclaimed restored episode is admitted while closed); the restored
+ *   task digest (`checkpoint_error`, the record kept); a running duplicate (`checkpoint_error`,
+ *   the live episode untouched). Only then is the restored record consumed.
+ * - **Export** takes the live episodes parked or in a replay step (not restarts, not retired)
+ *   and the unclaimed restored records, both limited to the commit scope when it has one.
+ * - **Restore** installs each record under its next attempt, into a participant holding nothing.
+ * - **Retire** stops every tracked attempt of the rollout up to the given one and waits until
+ *   each has ended, then drops the restored records it covers.
+ *
+ * @experimental
+ * @see docs/environment-server.md
+ */
+export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
+  readonly kind = "environment" as const;
+  readonly recordSchema = EnvironmentRecordSchema;
+  /** The episode steps runner; exposed read-only for tests and diagnostics. */
+  readonly steps = new EpisodeSteps({ onChange: () => this.notify() });
+  /** Tracked episodes: capture key → attempt (mirrors the runner until `end`). */
+  readonly #live = new Map<string, EpisodeId>();
+  /** Capture key → task digest of tracked episodes. */
+  readonly #digests = new Map<string, string>();
+  /** Replacement capture key → restored record waiting for its `/run`. */
+  readonly #restored = new Map<string, RestoredEpisode>();
+  /** Set by a restore; cleared by the resume after it. */
+  #awaitingResume = false;
+
+  /**
+   * Admits a `/run`'s episode, synchronously.
+   *
+   * @throws EpisodeError `stale_attempt` or `admission_closed`; CheckpointError
+   * `checkpoint_error` (restored task mismatch); EpisodeAlreadyRunningError (duplicate).
+   */
+  begin(input: BeginEpisodeInput): AdmittedEpisode {
+    const { episode } = input;
+    this.retired.check(episode);
+    const key = captureKey(episode);
+    const digest = taskDigest(input.task);
+    const restored = this.#restored.get(key);
+    if (this.steps.admissionClosed && (restored === undefined || this.#awaitingResume)) {
+      throw new EpisodeError(
+        "admission_closed",
+        `/run of episode ${key} refused: a checkpoint is open or a restore awaits its resume; retry after resume`,
+        key,
+      );
+    }
+    if (restored !== undefined && restored.taskDigest !== digest) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `episode ${key} continues a checkpoint recorded for a different task; send the task it was recorded with`,
+      );
+    }
+    // Throws for a tracked key before anything here changes: the live episode is untouched.
+    const signal = this.steps.begin(key, {
+      continuation: restored?.boundary ?? null,
+      deadlineTs: input.deadlineTs ?? null,
+      restart: input.restart,
+      ...(input.signal === undefined ? {} : { signal: input.signal }),
+    });
+    this.#restored.delete(key);
+    this.#live.set(key, episode);
+    this.#digests.set(key, digest);
+    this.notify();
+    let ended = false;
+    const steps = this.steps;
+    return {
+      episode,
+      captureKey: key,
+      signal,
+      continuation: () => steps.continuation(key),
+      boundary: (state) => steps.boundary(key, state),
+      step: (mode, fn) => steps.step(key, mode, fn),
+      markRestart: (markSignal) => steps.markRestart(key, markSignal),
+      finishing: () => {
+        if (!ended) steps.finishing(key);
+      },
+      end: () => {
+        if (ended) return;
+        ended = true;
+        this.#live.delete(key);
+        this.#digests.delete(key);
+        steps.end(key);
+        this.notify();
+      },
+    };
+  }
+
+  // ---- Control plane -------------------------------------------------------------------
+
+  override closeAdmission(_request: CloseAdmissionRequest): void {
+    this.steps.closeAdmission();
+    this.notify();
+  }
+
+  override openAdmission(): void {
+    this.#awaitingResume = false;
+    this.steps.openAdmission();
+    this.notify();
+  }
+
+  override ready(): boolean {
+    return this.steps.ready();
+  }
+
+  override readiness(): PrepareReport {
+    return this.steps.readiness();
+  }
+
+  override exportRecords(scope: readonly EpisodeId[] | null): EnvironmentRecord[] {
+    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const records: EnvironmentRecord[] = [];
+    for (const [key, boundary] of this.steps.exported()) {
+      if (inScope !== null && !inScope.has(key)) continue;
+      const digest = this.#digests.get(key);
+      const episode = this.#live.get(key);
+      if (digest === undefined || episode === undefined) continue;
+      records.push(record(key, episode, digest, boundary));
+    }
+    for (const [key, restored] of this.#restored) {
+      if (inScope !== null && !inScope.has(key)) continue;
+      records.push(record(key, restored.episode, restored.taskDigest, restored.boundary));
+    }
+    return records.sort((a, b) => compare(keyOf(a), keyOf(b)));
+  }
+
+  override restoreRecords(records: readonly EnvironmentRecord[]): void {
+    if (this.#live.size > 0 || this.#restored.size > 0) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        "environment restore requires a participant holding no episodes; restore into a fresh process",
+      );
+    }
+    const installed = new Map<string, RestoredEpisode>();
+    for (const r of records) {
+      const next = nextAttempt(parseEpisodeId(r.episode_id));
+      installed.set(captureKey(next), {
+        episode: next,
+        taskDigest: r.task_digest,
+        boundary: r.boundary,
+      });
+    }
+    for (const [key, restored] of installed) this.#restored.set(key, restored);
+    this.#awaitingResume = true;
+    this.notify();
+  }
+
+  override restoredPending(): EpisodeId[] {
+    return [...this.#restored.keys()].sort(compare).map((key) => fromCaptureKey(key));
+  }
+
+  override async deleteRestored(episode: EpisodeId, _signal: AbortSignal): Promise<void> {
+    this.#dropRestored(episode);
+    this.notify();
+    return Promise.resolve();
+  }
+
+  override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    const covered = [...this.#live]
+      .filter(([, e]) => e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt)
+      .map(([key]) => key);
+    try {
+      await Promise.all(covered.map((key) => this.steps.retire(key, signal)));
+    } finally {
+      this.#dropRestored(episode);
+      this.notify();
+    }
+  }
+
+  override statusExtra(): Record<string, unknown> {
+    return { restored_pending: [...this.#restored.keys()].sort(compare) };
+  }
+
+  #dropRestored(episode: EpisodeId): void {
+    for (const [key, restored] of [...this.#restored]) {
+      const e = restored.episode;
+      if (e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt) {
+        this.#restored.delete(key);
+      }
+    }
+  }
+}
+
+function record(
+  key: string,
+  episode: EpisodeId,
+  digest: string,
+  boundary: JsonValue | null,
+): EnvironmentRecord {
+  try {
+    assertJsonValue(boundary);
+  } catch (error) {
+    throw new CheckpointError(
+      "checkpoint_error",
+      `episode ${key}: its boundary is not JSON (${(error as Error).message}); record only JSON values`,
+      { cause: error },
+    );
+  }
+  return Object.freeze({
+    episode_id: episodeIdToWire(episode) as EnvironmentRecord["episode_id"],
+    task_digest: digest,
+    boundary,
+  });
+}
+
+function keyOf(r: EnvironmentRecord): string {
+  return captureKey(parseEpisodeId(r.episode_id));
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

@@ -1,0 +1,295 @@
+/**
+ * The base class of environment servers: owns `/run`, admits each episode with the environment
+ * checkpoint participant, and lets the author write the episode as a sequence of steps.
+ *
+ * @see docs/environment-server.md
+ * @module
+ */
+import type { Express } from "express";
+import { z } from "zod";
+import type { Participant } from "../control/participant.js";
+import { ConfigError, GymError } from "../errors.js";
+import {
+  EpisodeIdSchema,
+  captureKey,
+  episodeIdToWire,
+  sameEpisode,
+  type EpisodeId,
+} from "../identity/episode-id.js";
+import { InvalidRunRolloutError, episodeFromRunBody } from "../identity/run-body.js";
+import {
+  EnvironmentParticipant,
+  type AdmittedEpisode,
+  type EpisodeHandle,
+} from "../participants/environment/environment-participant.js";
+import type { JsonValue } from "../wire/json-value.js";
+import { dataRoute, type DataRoute } from "./data-route.js";
+import { Server, type ServerOptions } from "./server.js";
+
+/** A task's identity (spec environment §2.3). */
+export const TaskIdSchema = z
+  .strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) })
+  .meta({ id: "TaskId" });
+/** A task's identity. */
+export type TaskId = z.infer<typeof TaskIdSchema>;
+
+/**
+ * The `/run` request: the episode (as `episode_id`, or the collector's `_ng_*` row fields) and
+ * the task.
+ */
+export const RunRequestSchema = z
+  .strictObject({
+    episode_id: EpisodeIdSchema.optional(),
+    task: z.strictObject({ task_id: TaskIdSchema, task_input: z.unknown() }),
+    _ng_rollout_id: z.unknown().optional(),
+    _ng_task_index: z.unknown().optional(),
+    _ng_rollout_index: z.unknown().optional(),
+    _ng_attempt_index: z.unknown().optional(),
+  })
+  .meta({ id: "RunRequest" });
+/** A `/run` request. */
+export type RunRequest = z.infer<typeof RunRequestSchema>;
+
+/** Why an episode failed (spec environment §5.1). */
+export interface EpisodeFailure {
+  readonly failure_reason: string;
+  /** True: the collector must not retry this rollout. */
+  readonly terminal: boolean;
+  readonly failure_kind?: string;
+  readonly stage?: "admission" | "seed" | "agent" | "verification" | "cleanup";
+  readonly [extra: string]: unknown;
+}
+
+/** What an episode ends with: exactly one of a result or a failure. */
+export type EpisodeOutcome =
+  | { readonly result: JsonValue; readonly failure?: undefined }
+  | { readonly failure: EpisodeFailure; readonly result?: undefined };
+
+/** The `/run` reply. */
+export interface RunReply {
+  readonly episode_id: { rollout_id: string; attempt: number };
+  readonly task_id: TaskId;
+  readonly result: JsonValue | null;
+  readonly failure: EpisodeFailure | null;
+}
+
+/** Input of {@link EnvironmentServer.runEpisode}. */
+export interface RunEpisodeInput {
+  /** The validated `/run` body. */
+  readonly body: RunRequest;
+  /** The attempt this `/run` runs. */
+  readonly episode: EpisodeId;
+  /** The episode's steps: boundaries, steps, the restored continuation. */
+  readonly steps: EpisodeHandle;
+  /** Aborted by retire, the client going away, or shutdown: once it fires, stop. */
+  readonly signal: AbortSignal;
+  /** Registers a final-cleanup callback; they run last-in first-out before `/run` replies. */
+  readonly onCleanup: (callback: () => void | Promise<void>) => void;
+}
+
+interface EnvironmentServerClass {
+  readonly name: string;
+  readonly checkpointBoundaries: unknown;
+}
+
+const MAX_REASON = 2000;
+
+/**
+ * An environment server: subclass it and implement {@link runEpisode}.
+ *
+ * ## Rules
+ * - `/run` names its episode by `episode_id`, or by the collector's row fields (`_ng_rollout_id`,
+ *   `_ng_task_index`, `_ng_rollout_index`, `_ng_attempt_index`; spec core §1.4); both must agree.
+ * - With checkpointing on, each `/run` is admitted by the environment participant (refusals
+ *   `stale_attempt`, `admission_closed`, `checkpoint_error` become the 409 envelope and run
+ *   nothing). Set `static checkpointBoundaries = true` once the episode records a boundary at the
+ *   start of every stage; otherwise every episode is a restart. With checkpointing on,
+ *   `num_workers > 1` is refused at startup.
+ * - Final cleanup runs before the reply; a retire never interrupts it.
+ *
+ * @example
+ * class Echo extends EnvironmentServer {
+ *   static override checkpointBoundaries = true;
+ *   protected override async runEpisode({ body, steps }: RunEpisodeInput) {
+ *     await steps.boundary({ next: "echo" });
+ *     const result = await steps.step("replay", () => body.task.task_input as JsonValue);
+ *     return { result };
+ *   }
+ * }
+ * @experimental
+ * @see docs/environment-server.md
+ */
+export abstract class EnvironmentServer extends Server {
+  /** Whether episodes record boundaries (and so can be continued). @default false */
+  static checkpointBoundaries = false;
+
+  readonly checkpointBoundaries: boolean;
+  #participant: EnvironmentParticipant | null = null;
+
+  constructor(options: ServerOptions) {
+    super(options);
+    const cls = this.constructor as unknown as EnvironmentServerClass;
+    if (typeof cls.checkpointBoundaries !== "boolean") {
+      throw new ConfigError(`${cls.name}.checkpointBoundaries must be true or false`);
+    }
+    this.checkpointBoundaries = cls.checkpointBoundaries;
+    const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
+    if (this.checkpointEnabled && workers !== 1) {
+      throw new ConfigError(
+        `server ${this.name}: environment checkpointing requires num_workers=1 because episodes live in one process (got ${workers})`,
+      );
+    }
+  }
+
+  /** The environment participant (null with checkpointing off). */
+  get participant(): EnvironmentParticipant | null {
+    this.app();
+    return this.#participant;
+  }
+
+  /**
+   * Runs one episode as a sequence of steps and returns its outcome. Record a boundary at the
+   * start of every stage; read `steps.continuation()` first to resume at a restored stage.
+   */
+  protected abstract runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome>;
+
+  /** Routes besides `/run`. @default none */
+  protected extraRoutes(): readonly DataRoute[] {
+    return [];
+  }
+
+  protected override createParticipant(): Participant | null {
+    this.#participant = new EnvironmentParticipant();
+    return this.#participant as unknown as Participant;
+  }
+
+  protected override configureApp(_app: Express): void {}
+
+  protected override routes(): readonly DataRoute[] {
+    return [
+      dataRoute({
+        method: "post",
+        path: "/run",
+        summary: "Run one episode",
+        request: RunRequestSchema,
+        handler: async ({ body, signal, res }) => {
+          const reply = await this.#run(body, signal);
+          if (reply === null) {
+            res.destroy(); // cancelled: no normal reply
+            return undefined;
+          }
+          return reply;
+        },
+      }),
+      ...this.extraRoutes(),
+    ];
+  }
+
+  async #run(body: RunRequest, requestSignal: AbortSignal): Promise<RunReply | null> {
+    const episode = episodeOfBody(body);
+    const task = { task_id: body.task.task_id, task_input: body.task.task_input };
+    const admitted: AdmittedEpisode =
+      this.#participant === null
+        ? unmanaged(episode, requestSignal)
+        : this.#participant.begin({
+            episode,
+            task,
+            restart: !this.checkpointBoundaries,
+            signal: requestSignal,
+          });
+    const cleanups: (() => void | Promise<void>)[] = [];
+    let outcome: EpisodeOutcome | null = null;
+    let thrown: unknown = null;
+    try {
+      try {
+        outcome = await this.runEpisode({
+          body,
+          episode,
+          steps: admitted,
+          signal: admitted.signal,
+          onCleanup: (callback) => cleanups.push(callback),
+        });
+      } catch (error) {
+        thrown = error;
+      }
+      admitted.finishing();
+      for (const callback of cleanups.reverse()) {
+        try {
+          await callback();
+        } catch (error) {
+          this.logger.warn({ err: error, episode: admitted.captureKey }, "final cleanup failed");
+        }
+      }
+    } finally {
+      admitted.end();
+    }
+    if (thrown !== null) {
+      if (thrown instanceof GymError) throw thrown;
+      if (admitted.signal.aborted) {
+        const reason: unknown = admitted.signal.reason;
+        if (reason instanceof Error && reason.name === "EpisodeDeadlineError") {
+          outcome = { failure: { failure_reason: "Episode timed out", terminal: false } };
+        } else {
+          return null;
+        }
+      } else {
+        const e = thrown instanceof Error ? thrown : new Error(String(thrown));
+        outcome = {
+          failure: {
+            failure_reason: `Unhandled environment server error: ${e.name}: ${e.message}`.slice(
+              0,
+              MAX_REASON,
+            ),
+            terminal: true,
+          },
+        };
+      }
+    }
+    const done = outcome as EpisodeOutcome;
+    return {
+      episode_id: episodeIdToWire(episode),
+      task_id: body.task.task_id,
+      result: done.failure === undefined ? done.result : null,
+      failure: done.failure ?? null,
+    };
+  }
+}
+
+/** The episode a `/run` body names; `episode_id` and the row fields must agree. */
+function episodeOfBody(body: RunRequest): EpisodeId {
+  const fromRow = episodeFromRunBody(body);
+  const explicit = body.episode_id ?? null;
+  if (explicit !== null && fromRow !== null && !sameEpisode(explicit, fromRow)) {
+    throw new InvalidRunRolloutError(
+      `episode_id names ${captureKey(explicit)} but the row fields name ${captureKey(fromRow)}; send one of them`,
+    );
+  }
+  const episode = explicit ?? fromRow;
+  if (episode === null) {
+    throw new InvalidRunRolloutError(
+      "the /run body names no episode: send episode_id, _ng_rollout_id, or _ng_task_index with _ng_rollout_index",
+    );
+  }
+  return episode;
+}
+
+/** Checkpointing off: boundaries are no-ops (builders never called), steps just run. */
+function unmanaged(episode: EpisodeId, signal: AbortSignal): AdmittedEpisode {
+  return {
+    episode,
+    captureKey: captureKey(episode),
+    signal,
+    continuation: () => null,
+    boundary: () => {
+      signal.throwIfAborted();
+      return Promise.resolve();
+    },
+    step: async (_mode, fn) => {
+      signal.throwIfAborted();
+      return await fn(signal);
+    },
+    markRestart: () => Promise.resolve(),
+    finishing: () => {},
+    end: () => {},
+  };
+}

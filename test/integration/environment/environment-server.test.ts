@@ -1,0 +1,328 @@
+/**
+ * The environment server over HTTP with the real control routes: `/run` shapes and rollout
+ * decoding, parking at boundaries, commit and restore into a fresh server, retire fences and
+ * duplicate runs.
+ */
+import request from "supertest";
+import { afterEach, describe, expect, it } from "vitest";
+import { ConfigError } from "../../../sdk/src/errors.js";
+import {
+  EnvironmentServer,
+  type EpisodeOutcome,
+  type RunEpisodeInput,
+} from "../../../sdk/src/server/environment-server.js";
+import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+
+const TOKEN = "environment-token";
+const AUTH = `Bearer ${TOKEN}`;
+const on = { enabled: true, control_auth_token: TOKEN };
+const silent = { logLevel: "silent" };
+const CONTROL = "/ng-control/v1/checkpoint";
+const deadline = (): number => Date.now() / 1000 + 30;
+const poll = { timeout: 5000, interval: 5 };
+const TASK = { task_id: { taskset: "t", task_id: "1" }, task_input: { n: 1 } };
+
+const started: EnvironmentServer[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((s) => s.close()));
+  await Promise.all(dirs.splice(0).map((d) => removeTempDir(d)));
+});
+
+interface Boundary {
+  readonly next: "seed" | "verify";
+  readonly seed?: string;
+}
+
+/** Two stages, `seed` (replay) then `verify` (wait); either can be held on a gate. */
+class Staged extends EnvironmentServer {
+  static override checkpointBoundaries = true;
+  readonly calls: string[] = [];
+  readonly holds = new Map<string, Deferred<void>>();
+  readonly cleaned: string[] = [];
+  built = 0;
+
+  hold(stage: string): () => void {
+    const gate = deferred<void>();
+    this.holds.set(stage, gate);
+    return () => gate.resolve();
+  }
+
+  async #gate(stage: string, key: string, signal: AbortSignal): Promise<string> {
+    this.calls.push(`${stage}:${key}`);
+    const gate = this.holds.get(stage);
+    if (gate !== undefined) {
+      await new Promise<void>((resolve, reject) => {
+        signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true });
+        gate.promise.then(resolve, reject);
+      });
+    }
+    return `${stage}-${key}`;
+  }
+
+  protected override async runEpisode({
+    steps,
+    onCleanup,
+  }: RunEpisodeInput): Promise<EpisodeOutcome> {
+    const key = steps.captureKey;
+    onCleanup(() => void this.cleaned.push(key));
+    const restored = steps.continuation() as Boundary | null;
+    let seed = restored?.seed ?? null;
+    if ((restored?.next ?? "seed") === "seed") {
+      await steps.boundary({ next: "seed" });
+      seed = await steps.step("replay", (signal) => this.#gate("seed", key, signal));
+    }
+    await steps.boundary(() => {
+      this.built += 1;
+      return { next: "verify", seed };
+    });
+    const verdict = await steps.step("wait", (signal) => this.#gate("verify", key, signal));
+    return { result: { seed, verdict } as JsonValue };
+  }
+}
+
+async function serve(checkpoint: object | null = on) {
+  const server = new Staged({
+    name: "env",
+    ...(checkpoint === null ? {} : { checkpoint }),
+    ...silent,
+  });
+  started.push(server);
+  const { url } = await server.listen({ port: 0 });
+  return { server, url };
+}
+
+function run(url: string, body: Record<string, unknown>) {
+  return request(url)
+    .post("/run")
+    .send({ task: TASK, ...body });
+}
+
+function control(url: string, op: string, body: Record<string, unknown>) {
+  return request(url)
+    .post(`${CONTROL}/${op}`)
+    .set("Authorization", AUTH)
+    .send({ deadline_ts: deadline(), ...body });
+}
+
+async function status(url: string) {
+  const res = await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(200);
+  return res.body as {
+    kind: string;
+    restored_pending: string[];
+    report: { ready: boolean; blockers: string[]; restarts: string[] };
+  };
+}
+
+/** Settles with the outcome of `work` and lets a test check whether it has settled yet. */
+function track<T>(work: PromiseLike<T>): { done: () => boolean; value: Promise<T> } {
+  let settled = false;
+  const value = Promise.resolve(work).finally(() => {
+    settled = true;
+  });
+  value.catch(() => undefined);
+  return { done: () => settled, value };
+}
+
+/** Runs `r` into a checkpoint parked at `next: verify`, commits it, resumes; returns the dir. */
+async function checkpointAtVerify() {
+  const { server, url } = await serve();
+  const releaseSeed = server.hold("seed");
+  const first = track(run(url, { episode_id: { rollout_id: "r" } }));
+  await expect.poll(() => server.calls, poll).toEqual(["seed:r"]);
+  await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+  releaseSeed();
+  await expect.poll(() => server.participant?.steps.stateOf("r"), poll).toBe("parked");
+  expect(server.calls).toEqual(["seed:r"]); // parked before verifying
+  expect((await status(url)).report.ready).toBe(true);
+  const dir = await makeTempDir();
+  dirs.push(dir);
+  const committed = await control(url, "commit", {
+    checkpoint_id: "c1",
+    checkpoint_dir: dir,
+    episode_ids: null,
+  }).expect(200);
+  expect(committed.body.episode_ids).toEqual(["r"]);
+  await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+  const reply = await first.value;
+  expect(reply.status).toBe(200);
+  return { dir, source: server };
+}
+
+describe("/run", () => {
+  it("echoes the episode and task, and decodes derived rollout ids", async () => {
+    const { url } = await serve();
+    const res = await run(url, { _ng_task_index: 3, _ng_rollout_index: 1, _ng_attempt_index: 2 });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toEqual({
+      episode_id: { rollout_id: "3-1", attempt: 2 },
+      task_id: TASK.task_id,
+      result: { seed: "seed-3-1-a2", verdict: "verify-3-1-a2" },
+      failure: null,
+    });
+  });
+
+  it("runs an explicit <id>-aN as attempt N and refuses a suffix plus an attempt index", async () => {
+    const { url } = await serve();
+    const res = await run(url, { _ng_rollout_id: "job-a2" }).expect(200);
+    expect(res.body.episode_id).toEqual({ rollout_id: "job", attempt: 2 });
+    const refused = await run(url, { _ng_rollout_id: "job-a2", _ng_attempt_index: 1 });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.code).toBe("invalid_rollout_id");
+    const none = await run(url, {});
+    expect(none.body.error.code).toBe("invalid_rollout_id");
+  });
+
+  it("refuses a reserved suffix in episode_id and unknown keys with 422", async () => {
+    const { url } = await serve();
+    expect((await run(url, { episode_id: { rollout_id: "r-a1" } })).status).toBe(422);
+    expect((await run(url, { episode_id: { rollout_id: "r" }, extra: 1 })).status).toBe(422);
+  });
+
+  it("maps an unhandled error to a terminal failure after final cleanup", async () => {
+    class Broken extends EnvironmentServer {
+      protected override runEpisode({ onCleanup }: RunEpisodeInput): Promise<EpisodeOutcome> {
+        onCleanup(() => undefined);
+        return Promise.reject(new TypeError("boom"));
+      }
+    }
+    const server = new Broken({ name: "broken", checkpoint: on, ...silent });
+    started.push(server);
+    const res = await request(server.app())
+      .post("/run")
+      .send({ task: TASK, episode_id: { rollout_id: "r" } });
+    expect(res.body.failure).toEqual({
+      failure_reason: "Unhandled environment server error: TypeError: boom",
+      terminal: true,
+    });
+    expect(res.body.result).toBeNull();
+  });
+});
+
+describe("checkpoints", () => {
+  it("prepare parks a running episode at its next boundary; a commit exports that boundary", async () => {
+    const { source } = await checkpointAtVerify();
+    expect(source.calls).toEqual(["seed:r", "verify:r"]);
+    expect(source.cleaned).toEqual(["r"]);
+  });
+
+  it("a restore into a fresh server continues the replacement from the boundary", async () => {
+    const { dir } = await checkpointAtVerify();
+    const { server, url } = await serve();
+    const restored = await control(url, "restore", {
+      checkpoint_id: "c2",
+      checkpoint_dir: dir,
+      episode_ids: [{ rollout_id: "r", attempt: 0 }],
+    }).expect(200);
+    expect(restored.body.restored).toEqual(["r-a1"]);
+    expect((await status(url)).restored_pending).toEqual(["r-a1"]);
+    const early = await run(url, { _ng_rollout_id: "r-a1" });
+    expect(early.status).toBe(409);
+    expect(early.body.error.code).toBe("admission_closed");
+    await control(url, "resume", { checkpoint_id: "c2" }).expect(200);
+    const other = await request(url)
+      .post("/run")
+      .send({ task: { ...TASK, task_input: { n: 2 } }, _ng_rollout_id: "r-a1" });
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe("checkpoint_error");
+    const res = await run(url, { _ng_rollout_id: "r-a1" }).expect(200);
+    expect(res.body).toMatchObject({
+      episode_id: { rollout_id: "r", attempt: 1 },
+      result: { seed: "seed-r", verdict: "verify-r-a1" },
+    });
+    expect(server.calls).toEqual(["verify:r-a1"]); // the seed is not run again
+    expect((await status(url)).restored_pending).toEqual([]);
+  });
+
+  it("a retired attempt's late /run is refused with stale_attempt until forget", async () => {
+    const { server, url } = await serve();
+    server.hold("verify");
+    const first = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.calls, poll).toEqual(["seed:r", "verify:r"]);
+    await control(url, "retire", {
+      checkpoint_id: "x1",
+      episode_ids: [{ rollout_id: "r", attempt: 0 }],
+    }).expect(200);
+    await expect(first.value).rejects.toThrow(); // no normal reply
+    expect(server.cleaned).toEqual(["r"]); // final cleanup ran before the retire replied
+    const late = await run(url, { episode_id: { rollout_id: "r" } });
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe("stale_attempt");
+    await control(url, "forget", { checkpoint_id: "x2", rollout_ids: ["r"] }).expect(200);
+    server.holds.clear();
+    await run(url, { episode_id: { rollout_id: "r" } }).expect(200);
+  });
+
+  it("a duplicate /run of a running attempt is refused without touching the live episode", async () => {
+    const { server, url } = await serve();
+    const release = server.hold("seed");
+    const first = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.calls, poll).toEqual(["seed:r"]);
+    const dup = await run(url, { episode_id: { rollout_id: "r" } });
+    expect(dup.status).toBe(409);
+    expect(dup.body.error.code).toBe("checkpoint_error");
+    expect(server.cleaned).toEqual([]);
+    expect(server.participant?.steps.has("r")).toBe(true);
+    release();
+    const reply = await first.value;
+    expect(reply.status).toBe(200);
+    expect(server.cleaned).toEqual(["r"]);
+  });
+
+  it("every episode is a restart when the server records no boundaries", async () => {
+    class Plain extends EnvironmentServer {
+      readonly gate = deferred<void>();
+      protected override async runEpisode({ steps }: RunEpisodeInput): Promise<EpisodeOutcome> {
+        await steps.boundary({ next: "only" });
+        await this.gate.promise;
+        return { result: null };
+      }
+    }
+    const server = new Plain({ name: "plain", checkpoint: on, ...silent });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const pending = track(run(url, { episode_id: { rollout_id: "p" } }));
+    await expect.poll(() => server.participant?.steps.has("p"), poll).toBe(true);
+    const prepared = await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    expect(prepared.body.report).toMatchObject({ ready: true, restarts: ["p"] });
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    server.gate.resolve();
+    expect((await pending.value).status).toBe(200);
+  });
+});
+
+describe("startup and checkpointing off", () => {
+  it("refuses num_workers > 1 with checkpointing on", () => {
+    const deployment = {
+      checkpoint: null,
+      servers: {
+        env: {
+          kind: "environment",
+          url: "http://127.0.0.1:1",
+          host: "127.0.0.1",
+          port: 1,
+          num_workers: 2,
+          config: {},
+        },
+      },
+    } as never;
+    expect(() => new Staged({ name: "env", checkpoint: on, deployment, ...silent })).toThrow(
+      ConfigError,
+    );
+    expect(() => new Staged({ name: "env", checkpoint: on, deployment, ...silent })).toThrow(
+      /num_workers=1/,
+    );
+    expect(() => new Staged({ name: "env", deployment, ...silent })).not.toThrow();
+  });
+
+  it("mounts no control routes and never builds boundary payloads", async () => {
+    const { server, url } = await serve(null);
+    expect(server.participant).toBeNull();
+    const res = await run(url, { episode_id: { rollout_id: "r" } }).expect(200);
+    expect(res.body.result).toEqual({ seed: "seed-r", verdict: "verify-r" });
+    expect(server.built).toBe(0);
+    await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(404);
+  });
+});
