@@ -423,13 +423,7 @@ export async function retire(
     deadline_ts: deadlineTs,
     episode_ids: episodeIds.map(episodeIdToWire),
   });
-  const replies: Record<string, RetireReply> = {};
-  for (const kinds of RETIRE_ORDER) {
-    const stage = byKinds(participants, kinds);
-    if (stage.length > 0)
-      Object.assign(replies, await fanOut(participants, stage, "retire", bytes, deadlineTs));
-  }
-  return replies;
+  return await callersFirst<RetireReply>(participants, "retire", bytes, deadlineTs);
 }
 
 /** Forgets finished rollouts everywhere, callers first. No call when the list is empty. */
@@ -446,11 +440,22 @@ export async function forget(
     deadline_ts: deadlineTs,
     rollout_ids: unique,
   });
-  const replies: Record<string, ForgetReply> = {};
+  return await callersFirst<ForgetReply>(participants, "forget", bytes, deadlineTs);
+}
+
+/** Runs RETIRE_ORDER stage by stage (callers before callees); the first failing stage stops it. */
+async function callersFirst<T>(
+  participants: Participants,
+  operation: "retire" | "forget",
+  bytes: Uint8Array,
+  deadlineTs: number,
+): Promise<Record<string, T>> {
+  const replies: Record<string, T> = {};
   for (const kinds of RETIRE_ORDER) {
     const stage = byKinds(participants, kinds);
-    if (stage.length > 0)
-      Object.assign(replies, await fanOut(participants, stage, "forget", bytes, deadlineTs));
+    if (stage.length > 0) {
+      Object.assign(replies, await fanOut<T>(participants, stage, operation, bytes, deadlineTs));
+    }
   }
   return replies;
 }
