@@ -47,7 +47,9 @@ export default class CounterServer extends ResourcesServer {
         request: z.strictObject({ count: z.int().default(1) }),
         handler: (input) => {
           const id = resourcesSession(input).id;
-          const counter = this.counters.get(id) ?? { count: 0, target: null };
+          const counter = this.counters.get(id);
+          // No state for a session nobody seeded: nothing would ever free it.
+          if (counter === undefined) return { success: false };
           this.counters.set(id, { ...counter, count: counter.count + input.body.count });
           return { success: true };
         },

@@ -8,7 +8,7 @@
 import type { Express } from "express";
 import { z } from "zod";
 import type { Participant } from "../control/participant.js";
-import { ConfigError, GymError } from "../errors.js";
+import { CheckpointError, ConfigError, EpisodeError } from "../errors.js";
 import {
   EpisodeIdSchema,
   captureKey,
@@ -224,7 +224,9 @@ export abstract class EnvironmentServer extends Server {
       admitted.end();
     }
     if (thrown !== null) {
-      if (thrown instanceof GymError) throw thrown;
+      // Only the control family propagates as an HTTP error (spec environment §6.6); any other
+      // error, typed or not, is the episode's terminal unhandled failure.
+      if (thrown instanceof EpisodeError || thrown instanceof CheckpointError) throw thrown;
       if (admitted.signal.aborted) {
         const reason: unknown = admitted.signal.reason;
         if (reason instanceof Error && reason.name === "EpisodeDeadlineError") {
@@ -245,14 +247,34 @@ export abstract class EnvironmentServer extends Server {
         };
       }
     }
-    const done = outcome as EpisodeOutcome;
+    const done = validOutcome(outcome);
     return {
       episode_id: episodeIdToWire(episode),
       task_id: body.task.task_id,
-      result: done.failure === undefined ? done.result : null,
+      result: done.failure === undefined ? (done.result ?? null) : null,
       failure: done.failure ?? null,
     };
   }
+}
+
+/**
+ * What `runEpisode` returned, when it is exactly one of `{ result }` or `{ failure }`; anything
+ * else is an author mistake reported as the episode's terminal unhandled failure, not a 500.
+ */
+function validOutcome(outcome: unknown): EpisodeOutcome {
+  const candidate = outcome as { result?: unknown; failure?: unknown } | null;
+  const hasResult =
+    candidate !== null && typeof candidate === "object" && candidate.result !== undefined;
+  const hasFailure =
+    candidate !== null && typeof candidate === "object" && candidate.failure != null;
+  if (hasResult !== hasFailure) return candidate as EpisodeOutcome;
+  return {
+    failure: {
+      failure_reason:
+        "Unhandled environment server error: runEpisode must return exactly one of { result } or { failure }",
+      terminal: true,
+    },
+  };
 }
 
 /** The episode a `/run` body names; `episode_id` and the row fields must agree. */

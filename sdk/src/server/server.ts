@@ -227,6 +227,10 @@ export class Server {
     void this.config; // validated at startup, before anything is served
     const app = express();
     app.disable("x-powered-by");
+    // One spelling per route: `/seed_session/` or `/SEED_SESSION` must not reach a handler that
+    // the checkpoint middleware would not recognise (an untracked session start).
+    app.set("case sensitive routing", true);
+    app.set("strict routing", true);
     // Control routes come before the rollout prefix is stripped: they are never under it.
     if (this.checkpointSettings.enabled) {
       const participant = this.createParticipant();

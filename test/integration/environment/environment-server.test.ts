@@ -5,7 +5,7 @@
  */
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { ConfigError } from "../../../sdk/src/errors.js";
+import { ConfigError, InvalidRequestError } from "../../../sdk/src/errors.js";
 import {
   EnvironmentServer,
   type EpisodeOutcome,
@@ -198,6 +198,46 @@ describe("/run", () => {
       terminal: true,
     });
     expect(res.body.result).toBeNull();
+  });
+  it("reports a typed non-control error raised inside the episode as a failure, not as an HTTP error", async () => {
+    class Strict extends EnvironmentServer {
+      protected override runEpisode(): Promise<EpisodeOutcome> {
+        return Promise.reject(
+          new InvalidRequestError("invalid seed reply: resources_session_id missing"),
+        );
+      }
+    }
+    const server = new Strict({ name: "strict", checkpoint: on, ...silent });
+    started.push(server);
+    const res = await request(server.app())
+      .post("/run")
+      .send({ task: TASK, episode_id: { rollout_id: "r" } });
+    expect(res.status).toBe(200);
+    expect(res.body.failure.failure_reason).toContain("InvalidRequestError");
+    expect(res.body.failure.terminal).toBe(true);
+  });
+
+  it.each([
+    ["nothing", undefined],
+    ["a result of undefined", { result: undefined }],
+    [
+      "both a result and a failure",
+      { result: 1, failure: { failure_reason: "x", terminal: false } },
+    ],
+  ])("turns an outcome of %s into a terminal failure, not a 500", async (_what, outcome) => {
+    class Sloppy extends EnvironmentServer {
+      protected override runEpisode(): Promise<EpisodeOutcome> {
+        return Promise.resolve(outcome as unknown as EpisodeOutcome);
+      }
+    }
+    const server = new Sloppy({ name: "sloppy", checkpoint: on, ...silent });
+    started.push(server);
+    const res = await request(server.app())
+      .post("/run")
+      .send({ task: TASK, episode_id: { rollout_id: "r" } });
+    expect(res.status).toBe(200);
+    expect(res.body.result).toBeNull();
+    expect(res.body.failure.failure_reason).toContain("runEpisode must return exactly one");
   });
 });
 

@@ -318,3 +318,26 @@ describe("resources server: startup", () => {
     expect(res.headers["x-ng-checkpoint-restart"]).toBe("1");
   });
 });
+
+describe("route spellings", () => {
+  it.each(["/ng-rollout/r/seed_session/", "/ng-rollout/r/SEED_SESSION", "/seed_session/"])(
+    "does not let %s reach the seed handler as an untracked session start",
+    async (path) => {
+      const counter = new CounterServer({ name: "counter", checkpoint: on, ...silent });
+      const res = await request(counter.app())
+        .post(path)
+        .send({ resources_session_id: "s", episode_id: { rollout_id: "r" } });
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe("not_found");
+    },
+  );
+});
+
+describe("the counter", () => {
+  it("keeps no state for a session nobody seeded", async () => {
+    const counter = new CounterServer({ name: "counter", ...silent });
+    const res = await request(counter.app()).post("/increment_counter").send({});
+    expect(res.body).toEqual({ success: false });
+    expect(counter.counters.size).toBe(0);
+  });
+});
