@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import request from "supertest";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
@@ -9,7 +9,7 @@ import type { Server } from "../../../sdk/src/server/server.js";
 import type { Express } from "express";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import WeatherServer from "../../../reference-servers/weather/src/index.js";
-import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 
 const TOKEN = "resources-test-token";
 const AUTH = `Bearer ${TOKEN}`;
@@ -46,10 +46,13 @@ class Plain extends ResourcesServer {
 
 describe("resources server: checkpoint modes over HTTP", () => {
   it("a tool call during an open checkpoint waits for resume instead of a 409", async () => {
-    const { url } = await listen(new CounterServer({ name: "counter", checkpoint: on, ...silent }));
+    const { server, url } = await listen(
+      new CounterServer({ name: "counter", checkpoint: on, ...silent }),
+    );
     const agent = request.agent(url);
     await agent.post("/ng-rollout/r/seed_session").send({ initial_count: 0 }).expect(200);
     expect((await control(url, "prepare", { checkpoint_id: "c1" })).body.phase).toBe("prepared");
+    const admit = vi.spyOn(server.participant!, "admit");
     let done = false;
     const call = agent
       .post("/ng-rollout/r/increment_counter")
@@ -58,10 +61,14 @@ describe("resources server: checkpoint modes over HTTP", () => {
         done = true;
         return res;
       });
-    await new Promise((r) => setTimeout(r, 50));
+    // The request has reached admission, and admission holds it: not answered, not counted.
+    await expect.poll(() => admit.mock.calls.length, { timeout: 5_000 }).toBe(1);
+    await flush();
     expect(done).toBe(false);
+    expect([...server.counters.values()].map((c) => c.count)).toEqual([0]);
     await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
     expect((await call).status).toBe(200);
+    expect([...server.counters.values()].map((c) => c.count)).toEqual([1]);
   });
 
   it("a replayable verify is answered during an open checkpoint", async () => {

@@ -1,3 +1,4 @@
+import { flush } from "../../../support/test-participant.js";
 import { describe, expect, it } from "vitest";
 import { episodeId, type EpisodeId } from "../../../../sdk/src/identity/episode-id.js";
 import { GymError } from "../../../../sdk/src/errors.js";
@@ -69,7 +70,7 @@ describe("ResourcesParticipant admission", () => {
       admitted = true;
       return t;
     });
-    await new Promise((r) => setTimeout(r, 10));
+    await flush();
     expect(admitted).toBe(false);
     expect(p.ready()).toBe(true); // a waiting request is not in flight
     p.openAdmission();
@@ -174,13 +175,13 @@ describe("ResourcesParticipant modes", () => {
       seeded = true;
       t.finish();
     });
-    await new Promise((r) => setTimeout(r, 10));
+    await flush();
     expect(seeded).toBe(false);
     expect(await p.export(null, signal())).toEqual([]);
     inflight.finish();
     tool.finish();
     p.openAdmission();
-    await new Promise((r) => setTimeout(r, 0));
+    await flush();
     expect(seeded).toBe(true);
   });
 
@@ -194,10 +195,10 @@ describe("ResourcesParticipant modes", () => {
     });
     p.openAdmission();
     p.closeAdmission({ checkpoint_id: "c2", deadline_ts: 0 });
-    await new Promise((r) => setTimeout(r, 10));
+    await flush();
     expect(seeded).toBe(false);
     p.openAdmission();
-    await new Promise((r) => setTimeout(r, 0));
+    await flush();
     expect(seeded).toBe(true);
   });
 
@@ -315,7 +316,7 @@ describe("ResourcesParticipant retire and forget", () => {
       );
       expect(p.statusExtra()).toMatchObject({ retired_sessions: 1, mode });
       const retiring = p.retire(r0, signal());
-      await new Promise((r) => setTimeout(r, 10));
+      await flush();
       expect(c.retired).toEqual([]); // waits for the request in flight
       expect(await code(() => p.checkForget(["r"]))).toBe("retire_incomplete");
       t.finish();
