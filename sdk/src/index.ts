@@ -231,3 +231,7 @@ export type {
   EpisodeHandle,
 } from "./participants/environment/environment-participant.js";
 export { taskDigest } from "./participants/environment/task-digest.js";
+export { EnvironmentConfigSchema } from "./server/environment-server.js";
+export type { EnvironmentConfig } from "./server/environment-server.js";
+export { isRestartReply, verifyModeOf } from "./participants/environment/checkpoint-headers.js";
+export type { ReplyHeaders } from "./participants/environment/checkpoint-headers.js";

@@ -22,6 +22,9 @@ import {
   type AdmittedEpisode,
   type EpisodeHandle,
 } from "../participants/environment/environment-participant.js";
+import { isRestartReply } from "../participants/environment/checkpoint-headers.js";
+import { EpisodeDeadlineError } from "../steps/episode-errors.js";
+import { deferred } from "../util/deferred.js";
 import type { JsonValue } from "../wire/json-value.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";
@@ -49,6 +52,30 @@ export const RunRequestSchema = z
   .meta({ id: "RunRequest" });
 /** A `/run` request. */
 export type RunRequest = z.infer<typeof RunRequestSchema>;
+
+/** The longest timeout a setting takes (a Node timer's range, about 24.8 days), in seconds. */
+const MAX_TIMEOUT_S = 2_147_483;
+
+/**
+ * The base `config:` of an environment server (spec environment §3.1): the settings that bound an
+ * episode's work. Strict; a subclass that declares more settings extends it
+ * (`EnvironmentConfigSchema.extend({...})`) in its {@link EnvironmentServer.configSchema}.
+ */
+export const EnvironmentConfigSchema = z
+  .strictObject({
+    /** The episode deadline, from admission to the end of its protocol; null: none. */
+    default_episode_timeout_seconds: z
+      .number()
+      .positive()
+      .max(MAX_TIMEOUT_S)
+      .nullable()
+      .default(null),
+    /** The one total budget of an episode's final cleanup. */
+    cleanup_timeout_seconds: z.number().positive().max(MAX_TIMEOUT_S),
+  })
+  .meta({ id: "EnvironmentConfig" });
+/** The base environment server settings. */
+export type EnvironmentConfig = z.infer<typeof EnvironmentConfigSchema>;
 
 /** Why an episode failed (spec environment §5.1). */
 export interface EpisodeFailure {
@@ -86,6 +113,12 @@ export interface RunEpisodeInput {
   /** Registers a final-cleanup callback; they run last-in first-out before `/run` replies. */
   readonly onCleanup: (callback: () => void | Promise<void>) => void;
 }
+
+export {
+  isRestartReply,
+  verifyModeOf,
+  type ReplyHeaders,
+} from "../participants/environment/checkpoint-headers.js";
 
 interface EnvironmentServerClass {
   readonly name: string;
@@ -153,6 +186,23 @@ export abstract class EnvironmentServer extends Server {
    */
   protected abstract runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome>;
 
+  /**
+   * The `config:` settings: {@link EnvironmentConfigSchema} (`cleanup_timeout_seconds` required).
+   * Override it with `EnvironmentConfigSchema.extend({...})` to add settings.
+   */
+  protected override configSchema(): z.ZodType {
+    return EnvironmentConfigSchema;
+  }
+
+  /** The settings that bound an episode, read from the validated config. */
+  #bounds(): { episodeTimeoutS: number | null; cleanupTimeoutS: number | null } {
+    const config = (this.config ?? {}) as Partial<EnvironmentConfig>;
+    return {
+      episodeTimeoutS: config.default_episode_timeout_seconds ?? null,
+      cleanupTimeoutS: config.cleanup_timeout_seconds ?? null,
+    };
+  }
+
   /** Routes besides `/run`. @default none */
   protected extraRoutes(): readonly DataRoute[] {
     return [];
@@ -185,17 +235,59 @@ export abstract class EnvironmentServer extends Server {
     ];
   }
 
+  /**
+   * Runs the final-cleanup callbacks in order, sequentially, within one total budget of
+   * `budgetS` seconds (null: unbounded). A failing callback is logged and the next one runs; a
+   * budget overrun stops the unwind (logged) without waiting for the callback in flight.
+   */
+  async #finalCleanup(
+    key: string,
+    callbacks: readonly (() => void | Promise<void>)[],
+    budgetS: number | null,
+  ): Promise<void> {
+    if (callbacks.length === 0) return;
+    const overrun = deferred<"overrun">();
+    const timer =
+      budgetS === null ? null : setTimeout(() => overrun.resolve("overrun"), budgetS * 1000);
+    timer?.unref();
+    try {
+      for (const [index, callback] of callbacks.entries()) {
+        const ran = (async (): Promise<"done"> => {
+          try {
+            await callback();
+          } catch (error) {
+            this.logger.warn({ err: error, episode: key }, "final cleanup failed");
+          }
+          return "done";
+        })();
+        if ((await Promise.race([ran, overrun.promise])) === "overrun") {
+          this.logger.warn(
+            { episode: key, budgetSeconds: budgetS, skipped: callbacks.length - index - 1 },
+            "final cleanup ran past cleanup_timeout_seconds; the rest of the unwind is skipped",
+          );
+          return;
+        }
+      }
+    } finally {
+      if (timer !== null) clearTimeout(timer);
+    }
+  }
+
   async #run(body: RunRequest, requestSignal: AbortSignal): Promise<RunReply | null> {
     const episode = episodeOfBody(body);
     const task = { task_id: body.task.task_id, task_input: body.task.task_input };
+    const bounds = this.#bounds();
+    const deadlineTs =
+      bounds.episodeTimeoutS === null ? null : Date.now() / 1000 + bounds.episodeTimeoutS;
     const admitted: AdmittedEpisode =
       this.#participant === null
-        ? unmanaged(episode, requestSignal)
+        ? unmanaged(episode, requestSignal, deadlineTs)
         : this.#participant.begin({
             episode,
             task,
             restart: !this.checkpointBoundaries,
             signal: requestSignal,
+            deadlineTs,
           });
     const cleanups: (() => void | Promise<void>)[] = [];
     let outcome: EpisodeOutcome | null = null;
@@ -213,13 +305,7 @@ export abstract class EnvironmentServer extends Server {
         thrown = error;
       }
       admitted.finishing();
-      for (const callback of cleanups.reverse()) {
-        try {
-          await callback();
-        } catch (error) {
-          this.logger.warn({ err: error, episode: admitted.captureKey }, "final cleanup failed");
-        }
-      }
+      await this.#finalCleanup(admitted.captureKey, cleanups.reverse(), bounds.cleanupTimeoutS);
     } finally {
       admitted.end();
     }
@@ -295,8 +381,33 @@ function episodeOfBody(body: RunRequest): EpisodeId {
   return episode;
 }
 
-/** Checkpointing off: boundaries are no-ops (builders never called), steps just run. */
-function unmanaged(episode: EpisodeId, signal: AbortSignal): AdmittedEpisode {
+/**
+ * Checkpointing off: boundaries are no-ops (builders never called), steps just run. The signal
+ * follows the request's and, with a deadline, aborts with an {@link EpisodeDeadlineError} when it
+ * passes (until final cleanup starts).
+ */
+function unmanaged(
+  episode: EpisodeId,
+  requestSignal: AbortSignal,
+  deadlineTs: number | null,
+): AdmittedEpisode {
+  const controller = new AbortController();
+  const signal = controller.signal;
+  const onAbort = (): void => controller.abort(requestSignal.reason);
+  if (requestSignal.aborted) onAbort();
+  else requestSignal.addEventListener("abort", onAbort, { once: true });
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  if (deadlineTs !== null) {
+    timer = setTimeout(
+      () => controller.abort(new EpisodeDeadlineError(captureKey(episode), deadlineTs)),
+      Math.max(0, deadlineTs * 1000 - Date.now()),
+    );
+    timer.unref();
+  }
+  const stopDeadline = (): void => {
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+  };
   return {
     episode,
     captureKey: captureKey(episode),
@@ -311,7 +422,11 @@ function unmanaged(episode: EpisodeId, signal: AbortSignal): AdmittedEpisode {
       return await fn(signal);
     },
     markRestart: () => Promise.resolve(),
-    finishing: () => {},
-    end: () => {},
+    markRestartFrom: (headers) => Promise.resolve(isRestartReply(headers)),
+    finishing: stopDeadline,
+    end: () => {
+      stopDeadline();
+      requestSignal.removeEventListener("abort", onAbort);
+    },
   };
 }

@@ -3,10 +3,12 @@
  * decoding, parking at boundaries, commit and restore into a fresh server, retire fences and
  * duplicate runs.
  */
+import express from "express";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import { ConfigError, InvalidRequestError } from "../../../sdk/src/errors.js";
 import {
+  EnvironmentConfigSchema,
   EnvironmentServer,
   type EpisodeOutcome,
   type RunEpisodeInput,
@@ -18,7 +20,7 @@ import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 const TOKEN = "environment-token";
 const AUTH = `Bearer ${TOKEN}`;
 const on = { enabled: true, control_auth_token: TOKEN };
-const silent = { logLevel: "silent" };
+const silent = { logLevel: "silent", config: { cleanup_timeout_seconds: 30 } };
 const CONTROL = "/ng-control/v1/checkpoint";
 const deadline = (): number => Date.now() / 1000 + 30;
 const poll = { timeout: 5000, interval: 5 };
@@ -364,5 +366,348 @@ describe("startup and checkpointing off", () => {
     expect(res.body.result).toEqual({ seed: "seed-r", verdict: "verify-r" });
     expect(server.built).toBe(0);
     await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(404);
+  });
+});
+
+describe("a replay step failing inside a checkpoint", () => {
+  /** Seeds in a replay step that fails once its gate opens; records its cleanups. */
+  class FailingSeed extends EnvironmentServer {
+    static override checkpointBoundaries = true;
+    readonly fail = deferred<void>();
+    readonly cleaned: string[] = [];
+    seeding = false;
+    protected override async runEpisode({
+      steps,
+      onCleanup,
+    }: RunEpisodeInput): Promise<EpisodeOutcome> {
+      onCleanup(() => void this.cleaned.push(steps.captureKey));
+      await steps.boundary({ next: "seed" });
+      await steps.step("replay", async () => {
+        this.seeding = true;
+        await this.fail.promise;
+        throw new Error("seed failed");
+      });
+      return { result: null };
+    }
+  }
+
+  it("clears the boundary instead of blocking; cleanup, end and the reply wait for resume", async () => {
+    const server = new FailingSeed({ name: "env", checkpoint: on, ...silent });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const reply = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.seeding, poll).toBe(true);
+    const prepared = await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    expect(prepared.body.report.ready).toBe(true);
+    expect(server.participant?.steps.exported()).toEqual(new Map([["r", { next: "seed" }]]));
+    server.fail.resolve();
+    await expect.poll(() => server.participant?.steps.stateOf("r"), poll).toBe("parked");
+    // The failure cleared the boundary: still ready, exported to start over from its input.
+    expect((await status(url)).report).toMatchObject({ ready: true, blockers: [] });
+    expect(server.participant?.steps.exported()).toEqual(new Map([["r", null]]));
+    const dir = await makeTempDir();
+    dirs.push(dir);
+    const committed = await control(url, "commit", {
+      checkpoint_id: "c1",
+      checkpoint_dir: dir,
+      episode_ids: null,
+    }).expect(200);
+    expect(committed.body.episode_ids).toEqual(["r"]);
+    expect(server.participant?.exportRecords(null)).toEqual([
+      expect.objectContaining({ episode_id: { rollout_id: "r", attempt: 0 }, boundary: null }),
+    ]);
+    // Cleanup, end and the reply wait for resume.
+    expect(server.cleaned).toEqual([]);
+    expect(server.participant?.steps.has("r")).toBe(true);
+    expect(reply.done()).toBe(false);
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    const res = await reply.value;
+    expect(res.status).toBe(200);
+    expect(res.body.failure).toEqual({
+      failure_reason: "Unhandled environment server error: Error: seed failed",
+      terminal: true,
+    });
+    expect(server.cleaned).toEqual(["r"]);
+    expect(server.participant?.steps.has("r")).toBe(false);
+  });
+
+  it("with no checkpoint open, fails at once with the episode's cleanup", async () => {
+    const server = new FailingSeed({ name: "env", checkpoint: on, ...silent });
+    started.push(server);
+    server.fail.resolve();
+    const res = await request(server.app())
+      .post("/run")
+      .send({ task: TASK, episode_id: { rollout_id: "r" } })
+      .expect(200);
+    expect(res.body.failure.failure_reason).toContain("seed failed");
+    expect(server.cleaned).toEqual(["r"]);
+  });
+});
+
+describe("restarts from a seed reply", () => {
+  /** A fake resources server: `/seed_session` replies with the restart header when asked. */
+  async function fakeResources(restart: string | null) {
+    const app = express();
+    app.post("/seed_session", (_req, res) => {
+      if (restart !== null) res.setHeader("X-NG-Checkpoint-Restart", restart);
+      res.json({ ok: true });
+    });
+    const listener = await new Promise<import("node:http").Server>((resolve) => {
+      const s = app.listen(0, "127.0.0.1", () => resolve(s));
+    });
+    closers.push(() => new Promise<void>((resolve) => listener.close(() => resolve())));
+    const address = listener.address() as import("node:net").AddressInfo;
+    return `http://127.0.0.1:${address.port}`;
+  }
+  const closers: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    await Promise.all(closers.splice(0).map((c) => c()));
+  });
+
+  /** Seeds over HTTP (replay), marks a restart from the reply, then waits on a gated step. */
+  class Seeding extends EnvironmentServer {
+    static override checkpointBoundaries = true;
+    resources = "";
+    readonly seedGate = deferred<void>();
+    readonly workGate = deferred<void>();
+    readonly marked: boolean[] = [];
+    working = false;
+    seeding = false;
+    seeded = false;
+    protected override async runEpisode({ steps }: RunEpisodeInput): Promise<EpisodeOutcome> {
+      await steps.boundary({ next: "seed" });
+      const headers = await steps.step("replay", async (signal) => {
+        this.seeding = true;
+        await this.seedGate.promise;
+        const reply = await fetch(`${this.resources}/seed_session`, { method: "POST", signal });
+        this.seeded = true;
+        return reply.headers;
+      });
+      this.marked.push(await steps.markRestartFrom(headers));
+      await steps.boundary({ next: "work" });
+      await steps.step("wait", async () => {
+        this.working = true;
+        await this.workGate.promise;
+      });
+      return { result: null };
+    }
+  }
+
+  async function serveSeeding(restart: string | null) {
+    const server = new Seeding({ name: "env", checkpoint: on, ...silent });
+    server.resources = await fakeResources(restart);
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    return { server, url };
+  }
+
+  it("x-ng-checkpoint-restart: 1 makes the episode a restart: reported, never blocking, not exported", async () => {
+    const { server, url } = await serveSeeding("1");
+    server.seedGate.resolve();
+    const reply = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.working, poll).toBe(true);
+    expect(server.marked).toEqual([true]);
+    const prepared = await control(url, "prepare", {
+      checkpoint_id: "c1",
+      deadline_ts: Date.now() / 1000 + 2,
+    }).expect(200);
+    expect(prepared.body.report).toMatchObject({ ready: true, blockers: [], restarts: ["r"] });
+    const dir = await makeTempDir();
+    dirs.push(dir);
+    const committed = await control(url, "commit", {
+      checkpoint_id: "c1",
+      checkpoint_dir: dir,
+      episode_ids: null,
+    }).expect(200);
+    expect(committed.body.episode_ids).toEqual([]);
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    server.workGate.resolve();
+    expect((await reply.value).status).toBe(200);
+  });
+
+  it("any other value leaves the episode continuable", async () => {
+    const { server, url } = await serveSeeding("true");
+    server.seedGate.resolve();
+    server.workGate.resolve();
+    await run(url, { episode_id: { rollout_id: "r" } }).expect(200);
+    expect(server.marked).toEqual([false]);
+  });
+
+  it("a restart reply during a checkpoint changes nothing the checkpoint reported until resume", async () => {
+    const { server, url } = await serveSeeding("1");
+    const reply = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.seeding, poll).toBe(true);
+    const prepared = await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    expect(prepared.body.report).toMatchObject({ ready: true, restarts: [] });
+    server.seedGate.resolve(); // the seed reply arrives while the checkpoint is open
+    await expect.poll(() => server.seeded, poll).toBe(true);
+    expect((await status(url)).report).toMatchObject({ ready: true, restarts: [] });
+    expect(server.marked).toEqual([]); // waits for resume, without blocking
+    expect(server.participant?.steps.stateOf("r")).toBe("replay_step");
+    const dir = await makeTempDir();
+    dirs.push(dir);
+    const committed = await control(url, "commit", {
+      checkpoint_id: "c1",
+      checkpoint_dir: dir,
+      episode_ids: null,
+    }).expect(200);
+    expect(committed.body.episode_ids).toEqual(["r"]); // as prepare reported it
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    await expect.poll(() => server.working, poll).toBe(true);
+    expect(server.marked).toEqual([true]);
+    expect((await status(url)).report.restarts).toEqual(["r"]);
+    server.workGate.resolve();
+    expect((await reply.value).status).toBe(200);
+  });
+});
+
+describe("a retire cut short", () => {
+  /** Its verify step ignores the episode's signal until its gate opens. */
+  class Stubborn extends EnvironmentServer {
+    static override checkpointBoundaries = true;
+    readonly gate = deferred<void>();
+    readonly cleaned: string[] = [];
+    verifying = false;
+    protected override async runEpisode({
+      steps,
+      onCleanup,
+    }: RunEpisodeInput): Promise<EpisodeOutcome> {
+      onCleanup(() => void this.cleaned.push(steps.captureKey));
+      await steps.boundary({ next: "verify" });
+      await steps.step("wait", async () => {
+        this.verifying = true;
+        await this.gate.promise; // ignores the signal
+      });
+      await steps.boundary({ next: "return" });
+      return { result: null };
+    }
+  }
+
+  it("keeps the episode tracked, blocking the next prepare; a retried retire finishes it", async () => {
+    const server = new Stubborn({ name: "env", checkpoint: on, ...silent });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const reply = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.verifying, poll).toBe(true);
+    const soon = (): number => Date.now() / 1000 + 0.2;
+    const ids = [{ rollout_id: "r", attempt: 0 }];
+    const cut = await control(url, "retire", {
+      checkpoint_id: "x1",
+      episode_ids: ids,
+      deadline_ts: soon(),
+    });
+    expect(cut.status).toBe(409);
+    expect(cut.body.error.code).toBe("deadline_exceeded");
+    expect(server.participant?.steps.has("r")).toBe(true);
+    expect(server.cleaned).toEqual([]);
+    // The next prepare reports it as a blocker instead of exporting it.
+    const prepared = await control(url, "prepare", {
+      checkpoint_id: "c1",
+      deadline_ts: soon(),
+    }).expect(200);
+    expect(prepared.body.report).toMatchObject({ ready: false, blockers: ["r"] });
+    expect(server.participant?.exportRecords(null)).toEqual([]);
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    // A retried retire waits for the episode to end, then frees it.
+    const retried = track(control(url, "retire", { checkpoint_id: "x2", episode_ids: ids }));
+    expect((await status(url)).report.blockers).toEqual(["r"]);
+    expect(retried.done()).toBe(false);
+    server.gate.resolve();
+    expect((await retried.value).status).toBe(200);
+    expect(server.cleaned).toEqual(["r"]);
+    expect(server.participant?.steps.has("r")).toBe(false);
+    await expect(reply.value).rejects.toThrow(); // retired: no normal reply
+    expect((await status(url)).report).toMatchObject({ ready: true, blockers: [] });
+  });
+});
+
+describe("config (spec environment §3.1)", () => {
+  /** Its verify step waits on a gate, or until the episode's signal fires. */
+  class Bounded extends EnvironmentServer {
+    static override checkpointBoundaries = true;
+    readonly gate = deferred<void>();
+    readonly cleaned: string[] = [];
+    readonly cleanupGate = deferred<void>();
+    stuckCleanup = false;
+    protected override async runEpisode({
+      steps,
+      onCleanup,
+    }: RunEpisodeInput): Promise<EpisodeOutcome> {
+      onCleanup(() => void this.cleaned.push("first-registered"));
+      onCleanup(async () => {
+        if (this.stuckCleanup) await this.cleanupGate.promise; // never settles by itself
+        this.cleaned.push("last-registered");
+      });
+      await steps.boundary({ next: "verify" });
+      await steps.step("wait", (signal) => {
+        signal.throwIfAborted();
+        return new Promise<void>((resolve, reject) => {
+          signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true });
+          this.gate.promise.then(resolve, reject);
+        });
+      });
+      return { result: "done" };
+    }
+  }
+
+  function bounded(config: object, checkpoint: object | null = on) {
+    const server = new Bounded({
+      name: "env",
+      logLevel: "silent",
+      config,
+      ...(checkpoint === null ? {} : { checkpoint }),
+    });
+    started.push(server);
+    return server;
+  }
+
+  it("validates the settings with configSchema() at startup", () => {
+    expect(() => bounded({}).app()).toThrow(/config\.cleanup_timeout_seconds/);
+    expect(() => bounded({ cleanup_timeout_seconds: 0 }).app()).toThrow(ConfigError);
+    expect(() =>
+      bounded({ cleanup_timeout_seconds: 5, default_episode_timeout_seconds: -1 }).app(),
+    ).toThrow(/config\.default_episode_timeout_seconds/);
+    expect(() => bounded({ cleanup_timeout_seconds: 5, unknown: 1 }).app()).toThrow(ConfigError);
+    expect(() =>
+      bounded({ cleanup_timeout_seconds: 5, default_episode_timeout_seconds: null }).app(),
+    ).not.toThrow();
+    expect(EnvironmentConfigSchema.parse({ cleanup_timeout_seconds: 5 })).toEqual({
+      cleanup_timeout_seconds: 5,
+      default_episode_timeout_seconds: null,
+    });
+  });
+
+  it.each([
+    ["on", on],
+    ["off", null],
+  ])(
+    "default_episode_timeout_seconds bounds the episode: Episode timed out (checkpointing %s)",
+    async (_what, checkpoint) => {
+      const server = bounded(
+        { cleanup_timeout_seconds: 5, default_episode_timeout_seconds: 0.05 },
+        checkpoint,
+      );
+      const res = await request(server.app())
+        .post("/run")
+        .send({ task: TASK, episode_id: { rollout_id: "r" } })
+        .expect(200);
+      expect(res.body.failure).toEqual({ failure_reason: "Episode timed out", terminal: false });
+      expect(res.body.result).toBeNull();
+      expect(server.cleaned).toEqual(["last-registered", "first-registered"]);
+    },
+  );
+
+  it("cleanup_timeout_seconds bounds final cleanup: an overrun stops the unwind and /run replies", async () => {
+    const server = bounded({ cleanup_timeout_seconds: 0.05 });
+    server.stuckCleanup = true;
+    server.gate.resolve();
+    const res = await request(server.app())
+      .post("/run")
+      .send({ task: TASK, episode_id: { rollout_id: "r" } })
+      .expect(200);
+    expect(res.body.result).toBe("done");
+    expect(server.cleaned).toEqual([]); // the stuck callback was cut short, the unwind stopped
+    expect(server.participant?.steps.has("r")).toBe(false); // the episode still ended
+    server.cleanupGate.resolve();
   });
 });

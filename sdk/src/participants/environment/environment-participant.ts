@@ -21,6 +21,7 @@ import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/epi
 import type { PrepareReport } from "../../wire/control.js";
 import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../wire/json-value.js";
 import { recordSchema } from "../../wire/storage.js";
+import { isRestartReply, type ReplyHeaders } from "./checkpoint-headers.js";
 import { taskDigest } from "./task-digest.js";
 
 /** One stored episode of an environment server (spec environment §7.12). */
@@ -62,6 +63,12 @@ export interface EpisodeHandle {
    * when a seed reply carried `x-ng-checkpoint-restart: 1`.
    */
   markRestart(signal?: AbortSignal): Promise<void>;
+  /**
+   * Makes this episode a restart when a seed reply's headers say so ({@link isRestartReply}:
+   * `x-ng-checkpoint-restart: 1`, any name casing), as {@link markRestart} does; resolves to
+   * whether they did. Call it right after the seed step, outside any step.
+   */
+  markRestartFrom(headers: ReplyHeaders | null | undefined, signal?: AbortSignal): Promise<boolean>;
 }
 
 /** An admitted episode as the server holds it: the handle plus its end of life. */
@@ -171,6 +178,11 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
       boundary: (state) => steps.boundary(key, state),
       step: (mode, fn) => steps.step(key, mode, fn),
       markRestart: (markSignal) => steps.markRestart(key, markSignal),
+      markRestartFrom: async (headers, markSignal) => {
+        if (!isRestartReply(headers)) return false;
+        await steps.markRestart(key, markSignal);
+        return true;
+      },
       finishing: () => {
         if (!ended) steps.finishing(key);
       },

@@ -5,12 +5,13 @@ import { rolloutOf } from "../rollout-prefix.js";
 import { onResponseStart } from "./response-start.js";
 import { sessionOf } from "./session-cookie.js";
 
-/** On every session-start reply: the server's verify declaration. */
-export const VERIFY_HEADER = "x-ng-checkpoint-verify";
-/** On session-start replies of a `restart_only` server: `1`. */
-export const RESTART_HEADER = "x-ng-checkpoint-restart";
-/** Sent by a caller on a replayable `/verify` when its `/close_session` follows: `1`. */
-export const CLOSE_FOLLOWS_HEADER = "x-ng-checkpoint-close-follows";
+import {
+  CLOSE_FOLLOWS_HEADER,
+  RESTART_HEADER,
+  VERIFY_HEADER,
+} from "../../wire/checkpoint-headers.js";
+
+export { CLOSE_FOLLOWS_HEADER, RESTART_HEADER, VERIFY_HEADER };
 
 /**
  * The checkpoint middleware of a resources server (spec resources §8): passes GET/HEAD and
