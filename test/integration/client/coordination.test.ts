@@ -363,18 +363,23 @@ describe("commit, renew, resume", () => {
   });
 });
 
+/** A deployment whose every participant holds `r1`, checkpointed as `c1` into `dir`, resumed. */
+async function checkpointR1(): Promise<void> {
+  const { participants, byName } = await deploy(FULL);
+  for (const p of byName.values()) p.episodes = [episodeId("r1")];
+  await prepare(participants, "c1", deadline());
+  await commit(participants, {
+    checkpointId: "c1",
+    checkpointDir: dir,
+    episodeIds: null,
+    deadlineTs: deadline(),
+  });
+  await resume(participants, "c1", deadline());
+}
+
 describe("restore", () => {
   it("restores all participants and names the replacements", async () => {
-    const { participants, byName } = await deploy(FULL);
-    for (const p of byName.values()) p.episodes = [episodeId("r1")];
-    await prepare(participants, "c1", deadline());
-    await commit(participants, {
-      checkpointId: "c1",
-      checkpointDir: dir,
-      episodeIds: null,
-      deadlineTs: deadline(),
-    });
-    await resume(participants, "c1", deadline());
+    await checkpointR1();
 
     const fresh = await deploy(FULL);
     const replies = await restore(fresh.participants, {
@@ -387,16 +392,7 @@ describe("restore", () => {
   });
 
   it("is all or nothing: on failure retires the replacements, resumes everyone, raises the restore error", async () => {
-    const { participants, byName } = await deploy(FULL);
-    for (const p of byName.values()) p.episodes = [episodeId("r1")];
-    await prepare(participants, "c1", deadline());
-    await commit(participants, {
-      checkpointId: "c1",
-      checkpointDir: dir,
-      episodeIds: null,
-      deadlineTs: deadline(),
-    });
-    await resume(participants, "c1", deadline());
+    await checkpointR1();
 
     const fresh = await deploy(FULL);
     fresh.byName.get("weather")!.failInstall = true;
@@ -419,16 +415,7 @@ describe("restore", () => {
   });
 
   it("still retires the replacements on later stages when an earlier stage's retire fails", async () => {
-    const { participants, byName } = await deploy(FULL);
-    for (const p of byName.values()) p.episodes = [episodeId("r1")];
-    await prepare(participants, "c1", deadline());
-    await commit(participants, {
-      checkpointId: "c1",
-      checkpointDir: dir,
-      episodeIds: null,
-      deadlineTs: deadline(),
-    });
-    await resume(participants, "c1", deadline());
+    await checkpointR1();
 
     const fresh = await deploy(FULL);
     fresh.byName.get("weather")!.failInstall = true;
