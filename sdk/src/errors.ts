@@ -239,3 +239,19 @@ export class InvalidRequestError extends GymError {
 export class ConfigError extends Error {
   override name = "ConfigError";
 }
+
+/**
+ * A plain HTTP refusal answered with `{"detail": <string>}` (no error code), for the few
+ * refusals the contract words that way (e.g. an agent session that is already closed).
+ */
+export class DetailError extends Error {
+  override name = "DetailError";
+  constructor(
+    /** The HTTP status (4xx). */
+    readonly status: number,
+    /** The body's `detail`. */
+    readonly detail: string,
+  ) {
+    super(detail);
+  }
+}

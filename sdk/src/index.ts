@@ -32,6 +32,7 @@ export {
   CheckpointError,
   CheckpointStateError,
   ConfigError,
+  DetailError,
   ERROR_CATALOGUE,
   EpisodeError,
   GymError,
@@ -235,3 +236,70 @@ export { EnvironmentConfigSchema } from "./server/environment-server.js";
 export type { EnvironmentConfig } from "./server/environment-server.js";
 export { isRestartReply, verifyModeOf } from "./participants/environment/checkpoint-headers.js";
 export type { ReplyHeaders } from "./participants/environment/checkpoint-headers.js";
+
+// ---- Agent servers ----------------------------------------------------------------------
+export { AgentConfigSchema, AgentServer, PartialSessionSetupError } from "./server/agent-server.js";
+export type {
+  ActivationContext,
+  AgentCloseResult,
+  AgentConfig,
+  AgentSessionView,
+  LegacyRunInput,
+  LegacyRunSteps,
+  RespondInput,
+  RespondResult,
+  StoredActivationReply,
+} from "./server/agent-server.js";
+export {
+  ACTIVATION_HEADER,
+  AgentCloseReplySchema,
+  AgentCloseRequestSchema,
+  AgentRunRequestSchema,
+  AgentSeedReplySchema,
+  AgentSeedRequestSchema,
+  DirectHttpToolAccessSchema,
+  McpToolAccessSchema,
+  ResponsesCreateRequestSchema,
+  ToolAccessSchema,
+  parseActivationIndex,
+} from "./server/agent/agent-wire.js";
+export type {
+  AgentCloseReply,
+  AgentCloseRequest,
+  AgentRunRequest,
+  AgentSeedRequest,
+  DirectHttpToolAccess,
+  McpToolAccess,
+  ResponsesCreateRequest,
+  ToolAccess,
+} from "./server/agent/agent-wire.js";
+export {
+  ActivationCancelledError,
+  AgentSessionParticipant,
+} from "./participants/agent/agent-session-participant.js";
+export type {
+  AgentActivation,
+  AgentSessionParticipantOptions,
+  AgentSessionState,
+  BoundarySnapshot,
+  DirectCall,
+  LegacyRunHandle,
+  SeedTicket as AgentSeedTicket,
+} from "./participants/agent/agent-session-participant.js";
+export { RestartOnlyAgentParticipant } from "./participants/agent/restart-only-participant.js";
+export {
+  AGENT_KIND,
+  AgentSessionRecordSchema,
+  LEGACY_SESSION_PREFIX,
+  isLegacySessionKey,
+  legacySessionKey,
+} from "./participants/agent/agent-records.js";
+export type {
+  AgentSessionHooks,
+  AgentSessionRecord,
+  RestoredAgentSession,
+} from "./participants/agent/agent-records.js";
+export { cookieHeader, parseCookieHeader, setCookieJar, setCookieLines } from "./util/cookies.js";
+export type { CookieJar } from "./util/cookies.js";
+export type { TextReply } from "./client/server-client.js";
+export { TOKEN_CAPTURE_SEGMENT } from "./server/rollout-prefix.js";

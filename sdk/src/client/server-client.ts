@@ -71,6 +71,13 @@ export interface CallOptions {
   readonly headers?: Record<string, string>;
 }
 
+/** A reply of {@link ServerClient.postText}: any status, the body as text. */
+export interface TextReply {
+  readonly status: number;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly body: string;
+}
+
 /** A reply: status, headers and the parsed JSON body. */
 export interface CallReply<T> {
   readonly status: number;
@@ -160,6 +167,32 @@ export class ServerClient {
     });
   }
 
+  /**
+   * POSTs JSON to a server's data route and returns the reply whatever its status, with the
+   * body as text: for calls whose every status is an answer (a tool's output), or that need
+   * the reply's cookies. Unlike {@link post}, `path` is sent as given: prefix it yourself.
+   */
+  async postText(
+    server: string,
+    path: string,
+    body: unknown,
+    options: Omit<CallOptions, "rollout"> = {},
+  ): Promise<TextReply> {
+    return await this.#call<string>(
+      this.#data,
+      server,
+      "POST",
+      path.startsWith("/") ? path : `/${path}`,
+      {
+        body: JSON.stringify(body ?? null),
+        timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+        signal: options.signal,
+        headers: options.headers,
+      },
+      true,
+    );
+  }
+
   /** GETs a server's data route and returns the parsed reply body. */
   async get<T = unknown>(server: string, path: string, options: CallOptions = {}): Promise<T> {
     const reply = await this.#call<T>(
@@ -218,6 +251,7 @@ export class ServerClient {
       signal: AbortSignal | undefined;
       headers: Record<string, string> | undefined;
     },
+    raw = false,
   ): Promise<CallReply<T>> {
     const origin = new URL(this.server(server).url).origin;
     if (!(call.timeoutMs >= 0) || !Number.isFinite(call.timeoutMs)) {
@@ -227,7 +261,7 @@ export class ServerClient {
     }
     const bound = timeoutSignal(call.timeoutMs, () => new Error("the call's time bound passed"));
     try {
-      return await this.#send<T>(agent, server, origin, method, path, call, bound.signal);
+      return await this.#send<T>(agent, server, origin, method, path, call, bound.signal, raw);
     } finally {
       bound.dispose();
     }
@@ -245,6 +279,7 @@ export class ServerClient {
       headers: Record<string, string> | undefined;
     },
     timeout: AbortSignal,
+    raw: boolean,
   ): Promise<CallReply<T>> {
     const signal = call.signal === undefined ? timeout : AbortSignal.any([timeout, call.signal]);
     let response: Dispatcher.ResponseData;
@@ -276,6 +311,7 @@ export class ServerClient {
         cause: error,
       });
     }
+    if (raw) return { status: response.statusCode, headers: response.headers, body: text as T };
     const parsed = parseJson(text);
     if (response.statusCode < 200 || response.statusCode >= 300) {
       const envelope = (parsed as { error?: { code?: unknown; detail?: unknown } } | undefined)

@@ -1,6 +1,6 @@
 import type { ErrorRequestHandler, RequestHandler } from "express";
 import type { Logger } from "pino";
-import { GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
+import { DetailError, GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
 
 /** Body-parser failures carry a `type` and a 4xx `status`. */
 interface BodyParserError {
@@ -23,6 +23,10 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     if (error instanceof GymError) {
       if (error.status >= 500) logger.error({ err: error, path: req.path }, "request failed");
       res.status(error.status).json(error.toEnvelope());
+      return;
+    }
+    if (error instanceof DetailError) {
+      res.status(error.status).json({ detail: error.detail });
       return;
     }
     const parserError = error as BodyParserError;

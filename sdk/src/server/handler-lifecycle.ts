@@ -1,4 +1,4 @@
-import type { Response } from "express";
+import type { Request, Response } from "express";
 import { deferred, type Deferred } from "../util/deferred.js";
 
 const running = new WeakMap<Response, Deferred<void>>();
@@ -23,4 +23,22 @@ export function handlerStarted(res: Response): () => void {
  */
 export function handlerSettled(res: Response): Promise<void> | null {
   return running.get(res)?.promise ?? null;
+}
+
+const cancellations = new WeakMap<Request, AbortSignal[]>();
+
+/**
+ * Links a cancellation to the data route handler that will serve `req`: when `signal` aborts,
+ * the handler's `signal` aborts with its reason. Middleware that must be able to stop a request
+ * (e.g. a retire stopping a tracked `/run`) calls it before `next()`.
+ */
+export function linkCancellation(req: Request, signal: AbortSignal): void {
+  const list = cancellations.get(req);
+  if (list === undefined) cancellations.set(req, [signal]);
+  else list.push(signal);
+}
+
+/** The cancellations linked to `req` (see {@link linkCancellation}). */
+export function linkedCancellations(req: Request): readonly AbortSignal[] {
+  return cancellations.get(req) ?? [];
 }

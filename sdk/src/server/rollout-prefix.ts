@@ -9,7 +9,12 @@ export interface RolloutContext {
   readonly captureKey: string;
   /** The attempt the key names. */
   readonly episodeId: EpisodeId;
+  /** The prefix went on with `/training-token-capture` (stripped too). */
+  readonly tokenCapture: boolean;
 }
+
+/** The optional segment after a rollout prefix that asks for training token capture. */
+export const TOKEN_CAPTURE_SEGMENT = "/training-token-capture";
 
 const contexts = new WeakMap<Request, RolloutContext>();
 
@@ -26,8 +31,8 @@ export function rolloutOf(req: Request): RolloutContext | null {
 }
 
 /**
- * Strips `/ng-rollout/<capture key>/` before routing (handlers see `/<rest>`) and records the
- * request's {@link RolloutContext}. A prefix whose key is malformed or names no episode is
+ * Strips `/ng-rollout/<capture key>/` (and a `/training-token-capture` segment right after it)
+ * before routing (handlers see `/<rest>`) and records the request's {@link RolloutContext}. A prefix whose key is malformed or names no episode is
  * refused with 400 `invalid_rollout_id`.
  */
 export function rolloutPrefix(): RequestHandler {
@@ -54,8 +59,11 @@ export function rolloutPrefix(): RequestHandler {
       next(EpisodeError.invalidRolloutId((error as Error).message));
       return;
     }
-    contexts.set(req, { captureKey: split.captureKey, episodeId });
-    req.url = split.rest + (queryAt < 0 ? "" : req.url.slice(queryAt));
+    let rest = split.rest;
+    const tokenCapture = rest.startsWith(`${TOKEN_CAPTURE_SEGMENT}/`);
+    if (tokenCapture) rest = rest.slice(TOKEN_CAPTURE_SEGMENT.length);
+    contexts.set(req, { captureKey: split.captureKey, episodeId, tokenCapture });
+    req.url = rest + (queryAt < 0 ? "" : req.url.slice(queryAt));
     next();
   };
 }

@@ -21,7 +21,7 @@ import {
 import { controlRouter } from "./control-router.js";
 import type { DataRoute } from "./data-route.js";
 import { errorHandler, notFoundHandler } from "./error-handler.js";
-import { handlerStarted } from "./handler-lifecycle.js";
+import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 
 /** Data bodies (conversations, token arrays) can be large; this bounds them. */
@@ -204,6 +204,12 @@ export class Server {
     return [];
   }
 
+  /**
+   * Installs the participant's request middleware (participant base classes only), before
+   * {@link configureApp}, so an override of `configureApp` cannot leave it out.
+   */
+  protected installParticipantMiddleware(_app: Express): void {}
+
   /** Adds middleware or routes of your own before the data routes (rarely needed). */
   protected configureApp(_app: Express): void {}
 
@@ -249,6 +255,7 @@ export class Server {
     app.get("/health", (_req, res) => {
       res.json({ status: "ok", name: this.name });
     });
+    this.installParticipantMiddleware(app);
     this.configureApp(app);
     for (const route of this.routes()) this.#mount(app, route);
     const document = this.openApiDocument();
@@ -274,6 +281,10 @@ export class Server {
       res.on("close", onClose);
       const onShutdown = (): void => abort.abort(this.#shutdown.signal.reason);
       this.#shutdown.signal.addEventListener("abort", onShutdown, { once: true });
+      for (const linked of linkedCancellations(req)) {
+        if (linked.aborted) abort.abort(linked.reason);
+        else linked.addEventListener("abort", () => abort.abort(linked.reason), { once: true });
+      }
       const settled = handlerStarted(res);
       try {
         const result = await route.handler({

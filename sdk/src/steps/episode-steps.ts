@@ -6,6 +6,7 @@
  * @see docs/concepts.md
  * @module
  */
+import { untilSettledOrAborted } from "../util/abortable.js";
 import { deferred, type Deferred } from "../util/deferred.js";
 import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../wire/control.js";
 import type { JsonValue } from "../wire/json-value.js";
@@ -696,40 +697,4 @@ function smallestKeys(episodes: Iterable<Episode>, limit: number): string[] {
     if (out.length > limit) out.pop();
   }
   return out;
-}
-
-/**
- * Resolves when `promise` settles, or rejects with the reason of the first of `signals` to
- * abort; listeners are removed either way.
- */
-function untilSettledOrAborted<T>(
-  promise: Promise<T>,
-  signals: readonly (AbortSignal | undefined)[],
-): Promise<T> {
-  for (const s of signals) if (s?.aborted) return Promise.reject(s.reason as unknown);
-  return new Promise<T>((resolve, reject) => {
-    const listeners: [AbortSignal, () => void][] = [];
-    const detach = (): void => {
-      for (const [s, listener] of listeners) s.removeEventListener("abort", listener);
-    };
-    for (const s of signals) {
-      if (s === undefined) continue;
-      const listener = (): void => {
-        detach();
-        reject(s.reason as unknown);
-      };
-      listeners.push([s, listener]);
-      s.addEventListener("abort", listener, { once: true });
-    }
-    promise.then(
-      (value) => {
-        detach();
-        resolve(value);
-      },
-      (error: unknown) => {
-        detach();
-        reject(error);
-      },
-    );
-  });
 }

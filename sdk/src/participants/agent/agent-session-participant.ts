@@ -1,0 +1,907 @@
+/**
+ * The checkpoint participant of an agent with session hooks (spec agent §5, as amended by
+ * #3888): sessions idle, running or parked at a boundary; lazy boundary snapshots; seeds in
+ * progress; legacy `/run` episodes on the SDK's {@link EpisodeSteps}; restored sessions
+ * installed under the replacement attempt. Transport-free: the agent server drives it.
+ *
+ * @see docs/agent.md
+ * @module
+ */
+import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
+import { CheckpointError, EpisodeError } from "../../errors.js";
+import {
+  captureKey,
+  episodeIdToWire,
+  nextAttempt,
+  parseEpisodeId,
+  sameEpisode,
+  type EpisodeId,
+} from "../../identity/episode-id.js";
+import { EpisodeAlreadyRunningError } from "../../steps/episode-errors.js";
+import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
+import { untilSettledOrAborted } from "../../util/abortable.js";
+import { deferred, type Deferred } from "../../util/deferred.js";
+import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
+import { assertJsonValue, type JsonValue } from "../../wire/json-value.js";
+import {
+  AGENT_KIND,
+  AgentSessionRecordSchema,
+  isLegacySessionKey,
+  legacySessionKey,
+  type AgentSessionHooks,
+  type AgentSessionRecord,
+} from "./agent-records.js";
+
+/** Where a session is (spec agent §5.1). */
+export type AgentSessionState = "idle" | "running" | "at_boundary";
+
+/** A lazy boundary: called at most once, at export, while the session is parked. */
+export type BoundarySnapshot = () => JsonValue;
+
+/** Why a session's activation was cancelled. */
+export class ActivationCancelledError extends Error {
+  override name = "ActivationCancelledError";
+  constructor(
+    readonly sessionKey: string,
+    readonly why: "closing" | "retired",
+  ) {
+    super(
+      why === "closing"
+        ? `agent session ${sessionKey} is closing: its activation stops`
+        : `agent session ${sessionKey} was retired: its activation stops`,
+    );
+  }
+}
+
+class ActivationTask {
+  readonly controller = new AbortController();
+  /** Aborted by a close or a retire (once). */
+  cancelled = false;
+  done = false;
+  readonly ended = deferred<void>();
+  /** The handle's signal: the task's controller and the request's signal. */
+  readonly signal: AbortSignal;
+
+  constructor(parent: AbortSignal | undefined) {
+    this.signal =
+      parent === undefined
+        ? this.controller.signal
+        : AbortSignal.any([this.controller.signal, parent]);
+  }
+
+  cancel(reason: ActivationCancelledError): void {
+    if (this.cancelled || this.done) return;
+    this.cancelled = true;
+    this.controller.abort(reason);
+  }
+}
+
+class Session {
+  state: AgentSessionState = "idle";
+  parkRequested = false;
+  snapshot: BoundarySnapshot | null = null;
+  continuation: JsonValue | null = null;
+  activation: ActivationTask | null = null;
+  wake: Deferred<void> | null = null;
+  restoredPending = false;
+  retired = false;
+  closing = false;
+  /** Mirror of membership in the participant's blocking set. */
+  blocking = false;
+  readonly captureKey: string;
+
+  constructor(
+    readonly key: string,
+    readonly episode: EpisodeId,
+  ) {
+    this.captureKey = captureKey(episode);
+  }
+}
+
+class SeedEntry {
+  count = 0;
+  readonly captureKey: string;
+  constructor(
+    readonly key: string,
+    readonly episode: EpisodeId,
+  ) {
+    this.captureKey = captureKey(episode);
+  }
+}
+
+/** A seed in progress (spec agent §5.5): register the session, then leave (in a `finally`). */
+export interface SeedTicket {
+  /**
+   * Registers the seeded session with the participant (allowed while admission is closed).
+   * @throws EpisodeError `stale_attempt` when the attempt was retired while the seed built it,
+   * or the key belongs to another attempt.
+   */
+  register(): void;
+  /** Ends the seed; idempotent. */
+  leave(): void;
+}
+
+/**
+ * One running activation of a session: the turn loop records boundaries through it and wraps
+ * each policy call made right after a boundary in {@link modelCall}.
+ */
+export interface AgentActivation {
+  /** The session key. */
+  readonly sessionKey: string;
+  /** The attempt that owns the session. */
+  readonly episode: EpisodeId;
+  /** The restored boundary this activation continues from (consumed by this activation), or null. */
+  readonly continuation: JsonValue | null;
+  /** Aborted when a close or retire cancels the activation, or the request's signal fires. */
+  readonly signal: AbortSignal;
+  /**
+   * Records a boundary: a function building the loop's state, called only at export. Parks
+   * here while a checkpoint asked the session to park, until resume.
+   * @throws EpisodeError `stale_attempt` when the session was retired or closed under it.
+   */
+  boundary(snapshot: BoundarySnapshot): Promise<void>;
+  /**
+   * Runs a policy call made right after a boundary: during it the session counts as parked at
+   * that boundary; a reply arriving while a checkpoint is open is held here until resume.
+   */
+  modelCall<T>(call: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  /** The activation ended (normally, with an error or cancelled); idempotent. Call in `finally`. */
+  end(): void;
+}
+
+/** A legacy `/run` episode (spec agent §5.10): the steps of the run and its session. */
+export interface LegacyRunHandle {
+  readonly episode: EpisodeId;
+  readonly captureKey: string;
+  /** The run's session key, `run:<rollout_id>`. */
+  readonly sessionKey: string;
+  /** Aborted by retire or the request's signal. */
+  readonly signal: AbortSignal;
+  /** The restored legacy boundary, handed out once; null: start from the input. */
+  continuation(): JsonValue | null;
+  /** Records a boundary; inside a checkpoint the run parks here until resume. */
+  boundary(state: BoundaryState): Promise<void>;
+  /** Runs one step in `wait` or `replay` mode. */
+  step<T>(mode: StepMode, fn: (signal: AbortSignal) => T | Promise<T>): Promise<T>;
+  /** Makes the run a restart once no checkpoint is open. */
+  markRestart(signal?: AbortSignal): Promise<void>;
+  /** The run ended; removes its session. Idempotent; call in `finally`. */
+  end(): void;
+}
+
+/** A direct `/v1/responses` call tracked as a restart for its duration. */
+export interface DirectCall {
+  /** Aborted by a retire of its attempt. */
+  readonly signal: AbortSignal;
+  /** Untracks the call; idempotent. */
+  done(): void;
+}
+
+interface DirectEntry {
+  readonly episode: EpisodeId;
+  readonly key: string;
+  readonly controller: AbortController;
+  readonly ended: Deferred<void>;
+  done: boolean;
+}
+
+/** Options of an {@link AgentSessionParticipant}. */
+export interface AgentSessionParticipantOptions {
+  /** The agent's session hooks. */
+  readonly hooks: AgentSessionHooks;
+}
+
+/**
+ * The agent session participant (kind `agent`).
+ *
+ * ## Rules
+ * - **Admission.** Closing it asks every session to park at its next boundary; seeds arriving
+ *   meanwhile wait for resume; a new legacy `/run` is refused with `admission_closed`.
+ * - **Blocking.** A session blocks while it is retired, closing, or `running` (unless its
+ *   episode is a restart, from a legacy run or carried from an earlier prepare stage); a legacy
+ *   episode blocks per {@link EpisodeSteps}; a seed in progress blocks. Ready means none does.
+ * - **Export** calls the export hook once with every tracked session that is not retired, not
+ *   closing, not a restart and inside the scope; a missing key fails the commit.
+ * - **Restore** installs each record under its next attempt into a participant holding nothing.
+ * - **Retire** waits for seeds of the attempt, cancels activations once, waits for them, retires
+ *   the legacy episode, calls the retire hook, and only then removes the session.
+ *
+ * @see docs/agent.md
+ */
+export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
+  readonly kind = AGENT_KIND;
+  readonly recordSchema = AgentSessionRecordSchema;
+  /** Legacy `/run` episodes, keyed by capture key. */
+  readonly steps = new EpisodeSteps({ onChange: () => this.notify() });
+
+  readonly #hooks: AgentSessionHooks;
+  readonly #sessions = new Map<string, Session>();
+  readonly #sessionsByRollout = new Map<string, Set<Session>>();
+  readonly #blocking = new Set<Session>();
+  readonly #seeds = new Map<string, SeedEntry>();
+  readonly #seedsByRollout = new Map<string, Set<SeedEntry>>();
+  #seedChanged = deferred<void>();
+  readonly #direct = new Map<string, Set<DirectEntry>>();
+  readonly #directByRollout = new Map<string, Set<DirectEntry>>();
+  /** Restored legacy boundaries by session key, until the replacement `/run` consumes one. */
+  readonly #legacyRestored = new Map<string, JsonValue>();
+  /** Legacy episodes tracked by the steps: capture key → attempt. */
+  readonly #legacyLive = new Map<string, EpisodeId>();
+  /** Capture keys of legacy episodes marked restart. */
+  readonly #legacyRestarts = new Set<string>();
+  /** Capture keys earlier prepare stages reported as restarts, until admission reopens. */
+  #carried: ReadonlySet<string> = new Set();
+  #accepting = true;
+  #opened: Deferred<void> | null = null;
+
+  constructor(options: AgentSessionParticipantOptions) {
+    super();
+    this.#hooks = options.hooks;
+  }
+
+  /** Whether agent admission is open (no checkpoint). */
+  get accepting(): boolean {
+    return this.#accepting;
+  }
+
+  /** Number of tracked sessions. */
+  get size(): number {
+    return this.#sessions.size;
+  }
+
+  /** The state of a tracked session, or null. */
+  stateOf(key: string): AgentSessionState | null {
+    return this.#sessions.get(key)?.state ?? null;
+  }
+
+  /** The attempt owning a tracked session, or null. */
+  episodeOf(key: string): EpisodeId | null {
+    return this.#sessions.get(key)?.episode ?? null;
+  }
+
+  /** Whether a tracked session was restored and not yet claimed. */
+  isRestoredPending(key: string): boolean {
+    return this.#sessions.get(key)?.restoredPending ?? false;
+  }
+
+  /** Resolves once agent admission is open (at once when it is). */
+  async waitForAdmission(signal?: AbortSignal): Promise<void> {
+    while (this.#opened !== null) await untilSettledOrAborted(this.#opened.promise, [signal]);
+  }
+
+  // ---- Seeds -----------------------------------------------------------------------------
+
+  /**
+   * Enters a seed in progress for `key` of `episode`: refuses a retired attempt, waits while a
+   * checkpoint is open, checks again, then counts the seed (it blocks prepare until it leaves).
+   */
+  async enterSeed(key: string, episode: EpisodeId, signal?: AbortSignal): Promise<SeedTicket> {
+    this.retired.check(episode);
+    await this.waitForAdmission(signal);
+    this.retired.check(episode);
+    const id = `${key}\u0000${captureKey(episode)}`;
+    let entry = this.#seeds.get(id);
+    if (entry === undefined) {
+      entry = new SeedEntry(key, episode);
+      this.#seeds.set(id, entry);
+      indexAdd(this.#seedsByRollout, episode.rollout_id, entry);
+    }
+    entry.count += 1;
+    const seed = entry;
+    let left = false;
+    return {
+      register: () => {
+        this.retired.check(episode);
+        this.openSession(key, episode, { seed: true });
+      },
+      leave: () => {
+        if (left) return;
+        left = true;
+        seed.count -= 1;
+        if (seed.count === 0) {
+          this.#seeds.delete(id);
+          indexDelete(this.#seedsByRollout, episode.rollout_id, seed);
+        }
+        const changed = this.#seedChanged;
+        this.#seedChanged = deferred<void>();
+        changed.resolve();
+        this.#changed();
+      },
+    };
+  }
+
+  /** Whether any seed is in progress. */
+  get seedsInProgress(): number {
+    return this.#seeds.size;
+  }
+
+  // ---- Sessions --------------------------------------------------------------------------
+
+  /**
+   * Opens (tracks) a session. Re-opening a key with the same attempt is a no-op; another
+   * attempt is `stale_attempt`. A new non-seed session is refused while admission is closed.
+   */
+  openSession(key: string, episode: EpisodeId, options: { readonly seed: boolean }): void {
+    const existing = this.#sessions.get(key);
+    if (existing !== undefined) {
+      if (sameEpisode(existing.episode, episode)) return;
+      throw new EpisodeError(
+        "stale_attempt",
+        `agent session ${key} belongs to attempt ${existing.captureKey}, not ${captureKey(episode)}`,
+        captureKey(episode),
+      );
+    }
+    if (!options.seed && !this.#accepting) {
+      throw EpisodeError.admissionClosed(`a new agent session ${key}`);
+    }
+    const s = new Session(key, episode);
+    s.parkRequested = !this.#accepting;
+    this.#track(s);
+    this.#changed();
+  }
+
+  /** Whether `key` is tracked. */
+  has(key: string): boolean {
+    return this.#sessions.has(key);
+  }
+
+  /** Claims a restored session (its live episode uses it now), e.g. by a replayed reply. */
+  claim(key: string): void {
+    const s = this.#sessions.get(key);
+    if (s !== undefined) s.restoredPending = false;
+  }
+
+  /**
+   * Starts an activation of `key` for `episode` (spec agent §5.3); the activation claims a
+   * restored session and takes its continuation.
+   *
+   * @throws EpisodeError `stale_attempt` (retired attempt, or the session is another
+   * attempt's); CheckpointError `checkpoint_error` (no such session, or one already running).
+   */
+  startActivation(
+    key: string,
+    episode: EpisodeId,
+    options: { readonly signal?: AbortSignal } = {},
+  ): AgentActivation {
+    this.retired.check(episode);
+    const s = this.#sessions.get(key);
+    if (s === undefined || s.closing) {
+      throw new CheckpointError("checkpoint_error", `agent session ${key} is not open`);
+    }
+    if (!sameEpisode(s.episode, episode)) {
+      throw new EpisodeError(
+        "stale_attempt",
+        `agent session ${key} belongs to attempt ${s.captureKey}, not ${captureKey(episode)}`,
+        captureKey(episode),
+      );
+    }
+    if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
+    if (s.state !== "idle" || s.activation !== null) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `agent session ${key} already has an active activation`,
+      );
+    }
+    const task = new ActivationTask(options.signal);
+    s.state = "running";
+    s.parkRequested = !this.#accepting;
+    s.activation = task;
+    const continuation = s.continuation;
+    s.continuation = null;
+    s.restoredPending = false;
+    this.#refresh(s);
+    this.#changed();
+    return {
+      sessionKey: key,
+      episode: s.episode,
+      continuation,
+      signal: task.signal,
+      boundary: (snapshot) => this.#boundary(s, task, snapshot),
+      modelCall: (call) => this.#modelCall(s, task, call),
+      end: () => this.#endActivation(s, task),
+    };
+  }
+
+  /**
+   * The participant side of a close (spec agent §3.3, §5.6): waits while admission is closed,
+   * marks the session closing, cancels its activation (unless a retire or close did), waits
+   * until it has stopped, then removes the session. Resolves to whether a session was tracked.
+   *
+   * @throws EpisodeError `stale_attempt` when a retire took the session over; the abort reason
+   * of `signal` when cut short (the session stays tracked and closing, blocking prepare).
+   */
+  async closeSession(
+    key: string,
+    options: { readonly signal?: AbortSignal; readonly onClosing?: () => void } = {},
+  ): Promise<boolean> {
+    const { signal } = options;
+    // Checked in the same synchronous run as the mark: a commit whose readiness check passed
+    // therefore exports an open session, never a closing one.
+    while (this.#opened !== null) await untilSettledOrAborted(this.#opened.promise, [signal]);
+    const s = this.#sessions.get(key);
+    options.onClosing?.();
+    if (s === undefined) return false;
+    if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
+    if (!s.closing) {
+      s.closing = true;
+      this.#refresh(s);
+      this.#changed();
+    }
+    const task = s.activation;
+    if (task !== null && !task.done) {
+      task.cancel(new ActivationCancelledError(key, "closing"));
+      await untilSettledOrAborted(task.ended.promise, [signal]);
+    }
+    if (this.#sessions.get(key) !== s || s.retired) {
+      throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
+    }
+    this.#untrack(s);
+    this.#changed();
+    return true;
+  }
+
+  /** Drops a tracked session outright (its state was freed elsewhere); idempotent. */
+  dropSession(key: string): void {
+    const s = this.#sessions.get(key);
+    if (s === undefined || s.activation !== null) return;
+    this.#untrack(s);
+    this.#changed();
+  }
+
+  // ---- Legacy runs -----------------------------------------------------------------------
+
+  /**
+   * Begins a legacy `/run` of `episode` (spec agent §5.10): opens its session `run:<rollout>`
+   * (refused while admission is closed), claims it, and begins the episode with the restored
+   * legacy boundary of the key (consumed once).
+   *
+   * @throws EpisodeError `stale_attempt` / `admission_closed`; EpisodeAlreadyRunningError.
+   */
+  beginLegacyRun(
+    episode: EpisodeId,
+    options: { readonly signal?: AbortSignal; readonly deadlineTs?: number | null } = {},
+  ): LegacyRunHandle {
+    this.retired.check(episode);
+    const key = legacySessionKey(episode.rollout_id);
+    const ck = captureKey(episode);
+    // Refused before the session is touched: the live run keeps its session.
+    if (this.steps.has(ck)) throw new EpisodeAlreadyRunningError(ck);
+    const existed = this.#sessions.get(key);
+    this.openSession(key, episode, { seed: false });
+    const s = this.#sessions.get(key) as Session;
+    const continuation = this.#legacyRestored.get(key) ?? null;
+    let signal: AbortSignal;
+    try {
+      signal = this.steps.begin(ck, {
+        continuation,
+        deadlineTs: options.deadlineTs ?? null,
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+      });
+    } catch (error) {
+      if (existed === undefined) this.dropSession(key);
+      throw error;
+    }
+    this.#legacyRestored.delete(key);
+    s.restoredPending = false;
+    this.#legacyLive.set(ck, episode);
+    let ended = false;
+    const steps = this.steps;
+    return {
+      episode,
+      captureKey: ck,
+      sessionKey: key,
+      signal,
+      continuation: () => steps.continuation(ck),
+      boundary: (state) => steps.boundary(ck, state),
+      step: (mode, fn) => steps.step(ck, mode, fn),
+      markRestart: async (markSignal) => {
+        await steps.markRestart(ck, markSignal);
+        if (!this.#legacyLive.has(ck)) return;
+        this.#legacyRestarts.add(ck);
+        const session = this.#sessions.get(key);
+        if (session !== undefined) this.#refresh(session);
+        this.#changed();
+      },
+      end: () => {
+        if (ended) return;
+        ended = true;
+        this.#legacyLive.delete(ck);
+        this.#legacyRestarts.delete(ck);
+        steps.end(ck);
+        if (this.#sessions.get(key) === s && s.activation === null && !s.retired) {
+          this.#untrack(s);
+        }
+        this.#changed();
+      },
+    };
+  }
+
+  // ---- Direct calls ----------------------------------------------------------------------
+
+  /**
+   * Tracks a direct `/v1/responses` call of `episode` as a restart for its duration.
+   * @throws EpisodeError `stale_attempt` for a retired attempt.
+   */
+  trackDirect(episode: EpisodeId): DirectCall {
+    this.retired.check(episode);
+    const key = captureKey(episode);
+    const entry: DirectEntry = {
+      episode,
+      key,
+      controller: new AbortController(),
+      ended: deferred<void>(),
+      done: false,
+    };
+    indexAdd(this.#direct, key, entry);
+    indexAdd(this.#directByRollout, episode.rollout_id, entry);
+    return {
+      signal: entry.controller.signal,
+      done: () => {
+        if (entry.done) return;
+        entry.done = true;
+        indexDelete(this.#direct, key, entry);
+        indexDelete(this.#directByRollout, episode.rollout_id, entry);
+        entry.ended.resolve();
+      },
+    };
+  }
+
+  // ---- Control plane ---------------------------------------------------------------------
+
+  override closeAdmission(request: CloseAdmissionRequest): void {
+    this.#accepting = false;
+    this.#opened ??= deferred<void>();
+    if ("restarts" in request && request.restarts !== undefined) {
+      this.#carried = new Set(request.restarts);
+    }
+    this.steps.closeAdmission();
+    for (const s of this.#sessions.values()) {
+      s.parkRequested = true;
+      this.#refresh(s);
+    }
+    this.notify();
+  }
+
+  override openAdmission(): void {
+    this.#accepting = true;
+    this.#carried = new Set();
+    this.steps.openAdmission();
+    for (const s of this.#sessions.values()) {
+      s.parkRequested = false;
+      this.#refresh(s);
+      s.wake?.resolve();
+    }
+    const opened = this.#opened;
+    this.#opened = null;
+    opened?.resolve();
+    this.notify();
+  }
+
+  override ready(): boolean {
+    return this.#blocking.size === 0 && this.#seeds.size === 0 && this.steps.ready();
+  }
+
+  override readiness(): PrepareReport {
+    const blockers = new Set<string>();
+    for (const s of this.#blocking) blockers.add(s.captureKey);
+    for (const key of this.steps.blockers(Number.MAX_SAFE_INTEGER)) blockers.add(key);
+    for (const seed of this.#seeds.values()) blockers.add(seed.captureKey);
+    const sorted = [...blockers].sort(compare);
+    let atBoundary = 0;
+    for (const s of this.#sessions.values()) if (s.state === "at_boundary") atBoundary += 1;
+    const restarts = new Set<string>(this.#legacyRestarts);
+    for (const key of this.#direct.keys()) restarts.add(key);
+    return prepareReport({
+      ready: sorted.length === 0,
+      blockers: sorted.slice(0, MAX_LISTED_BLOCKERS),
+      blockerCount: sorted.length,
+      counts: { sessions: this.#sessions.size, at_boundary: atBoundary },
+      restarts: [...restarts].sort(compare),
+    });
+  }
+
+  override statusExtra(): Record<string, unknown> {
+    return { accepting: this.#accepting };
+  }
+
+  override exportRecords(): AgentSessionRecord[] {
+    throw new Error("the agent participant exports through export(); exportRecords is unused");
+  }
+
+  override async export(
+    scope: readonly EpisodeId[] | null,
+    signal: AbortSignal,
+  ): Promise<AgentSessionRecord[]> {
+    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const chosen = [...this.#sessions.values()]
+      .filter(
+        (s) =>
+          !s.retired &&
+          !s.closing &&
+          !this.#isRestart(s) &&
+          (inScope === null || inScope.has(s.captureKey)),
+      )
+      .sort((a, b) => compare(a.key, b.key));
+    if (chosen.length === 0) return [];
+    const states = await this.#hooks.exportAgentSessions({
+      sessionKeys: chosen.map((s) => s.key),
+      signal,
+    });
+    const missing = chosen.filter((s) => !Object.hasOwn(states, s.key)).map((s) => s.key);
+    if (missing.length > 0) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `the agent did not export sessions [${missing.join(", ")}]; exportAgentSessions must return an entry for every key`,
+      );
+    }
+    const legacyBoundaries = this.steps.exported();
+    return chosen.map((s) => {
+      const boundary =
+        s.state === "at_boundary" && s.snapshot !== null ? s.snapshot() : s.continuation;
+      const episode = isLegacySessionKey(s.key)
+        ? (legacyBoundaries.get(s.captureKey) ?? this.#legacyRestored.get(s.key) ?? null)
+        : null;
+      const session = states[s.key] as JsonValue;
+      for (const [what, value] of [
+        ["session", session],
+        ["boundary", boundary],
+        ["episode", episode],
+      ] as const) {
+        try {
+          assertJsonValue(value);
+        } catch (error) {
+          throw new CheckpointError(
+            "checkpoint_error",
+            `agent session ${s.key} (${s.captureKey}): its ${what} is not JSON (${(error as Error).message})`,
+            { cause: error },
+          );
+        }
+      }
+      return Object.freeze({
+        episode_id: episodeIdToWire(s.episode) as AgentSessionRecord["episode_id"],
+        session_key: s.key,
+        session,
+        boundary,
+        episode,
+      });
+    });
+  }
+
+  override restoreRecords(): void {
+    throw new Error("the agent participant restores through install(); restoreRecords is unused");
+  }
+
+  override async install(
+    records: readonly AgentSessionRecord[],
+    _scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void> {
+    if (this.#sessions.size > 0 || this.#seeds.size > 0 || this.#legacyLive.size > 0) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        "agent restore requires a process with no live sessions or seeds; restore into a fresh process",
+      );
+    }
+    const sessions = records.map((r) => ({
+      sessionKey: r.session_key,
+      episodeId: nextAttempt(parseEpisodeId(r.episode_id)),
+      session: r.session,
+    }));
+    const keys = new Set<string>();
+    for (const { sessionKey } of sessions) {
+      if (keys.has(sessionKey)) {
+        throw new CheckpointError(
+          "checkpoint_error",
+          `the checkpoint holds agent session ${sessionKey} twice`,
+        );
+      }
+      keys.add(sessionKey);
+    }
+    if (sessions.length > 0) await this.#hooks.restoreAgentSessions({ sessions, signal });
+    records.forEach((r, i) => {
+      const { sessionKey, episodeId } = sessions[i] as (typeof sessions)[number];
+      const s = new Session(sessionKey, episodeId);
+      s.continuation = r.boundary;
+      s.restoredPending = true;
+      s.parkRequested = !this.#accepting;
+      this.#track(s);
+      if (r.episode !== null) this.#legacyRestored.set(sessionKey, r.episode);
+    });
+    this.#changed();
+  }
+
+  override restoredPending(): EpisodeId[] {
+    return [...this.#sessions.values()]
+      .filter((s) => s.restoredPending)
+      .map((s) => s.episode)
+      .sort((a, b) => compare(captureKey(a), captureKey(b)));
+  }
+
+  override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    const covers = (e: EpisodeId): boolean =>
+      e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt;
+    // 1. Seeds of the attempt finish first: what they build is then tracked, or freed by them.
+    for (;;) {
+      const seeds = this.#seedsByRollout.get(episode.rollout_id);
+      if (seeds === undefined || ![...seeds].some((seed) => covers(seed.episode))) break;
+      await untilSettledOrAborted(this.#seedChanged.promise, [signal]);
+    }
+    // 2. Mark, wake and cancel (once) every session of the attempt; stop direct calls.
+    const sessions = [...(this.#sessionsByRollout.get(episode.rollout_id) ?? [])].filter((s) =>
+      covers(s.episode),
+    );
+    for (const s of sessions) {
+      if (!s.retired) {
+        s.retired = true;
+        this.#refresh(s);
+      }
+      s.wake?.resolve();
+      s.activation?.cancel(new ActivationCancelledError(s.key, "retired"));
+    }
+    const direct = [...(this.#directByRollout.get(episode.rollout_id) ?? [])].filter((d) =>
+      covers(d.episode),
+    );
+    for (const d of direct) {
+      if (!d.controller.signal.aborted) {
+        d.controller.abort(EpisodeError.staleAttempt(d.key, episode.attempt));
+      }
+    }
+    this.#changed();
+    await untilSettledOrAborted(
+      Promise.all([
+        ...sessions.map((s) => s.activation?.ended.promise),
+        ...direct.map((d) => d.ended.promise),
+      ]),
+      [signal],
+    );
+    // 3. The legacy episodes of the attempt stop.
+    const legacy = [...this.#legacyLive].filter(([, e]) => covers(e)).map(([key]) => key);
+    await Promise.all(legacy.map((key) => this.steps.retire(key, signal)));
+    // 4. The agent frees each session's state; 5. only then is the session forgotten.
+    for (const s of sessions) {
+      await this.#hooks.retireAgentSession({ sessionKey: s.key, signal });
+      if (this.#sessions.get(s.key) === s) this.#untrack(s);
+      this.#legacyRestored.delete(s.key);
+    }
+    for (const key of [...this.#legacyRestored.keys()]) {
+      if (key === legacySessionKey(episode.rollout_id) && !this.#sessions.has(key)) {
+        this.#legacyRestored.delete(key);
+      }
+    }
+    this.#changed();
+  }
+
+  // ---- Internals -------------------------------------------------------------------------
+
+  async #boundary(s: Session, task: ActivationTask, snapshot: BoundarySnapshot): Promise<void> {
+    this.#requireLive(s, task);
+    s.snapshot = snapshot;
+    if (s.parkRequested) await this.#park(s, task);
+  }
+
+  async #modelCall<T>(
+    s: Session,
+    task: ActivationTask,
+    call: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    this.#requireLive(s, task);
+    const afterBoundary = s.snapshot !== null;
+    if (afterBoundary) {
+      s.state = "at_boundary";
+      this.#refresh(s);
+      this.#changed();
+    }
+    let result: T;
+    try {
+      result = await call(task.signal);
+    } catch (error) {
+      if (afterBoundary && s.activation === task) {
+        s.state = "running";
+        this.#refresh(s);
+        this.#changed();
+      }
+      throw error;
+    }
+    this.#requireLive(s, task);
+    // The checkpoint counted this session at the boundary before the call: hold the reply.
+    if (afterBoundary && s.parkRequested) await this.#park(s, task);
+    else if (afterBoundary) {
+      s.state = "running";
+      this.#refresh(s);
+      this.#changed();
+    }
+    return result;
+  }
+
+  async #park(s: Session, task: ActivationTask): Promise<void> {
+    s.state = "at_boundary";
+    this.#refresh(s);
+    this.#changed();
+    for (;;) {
+      s.wake = deferred<void>();
+      try {
+        await untilSettledOrAborted(s.wake.promise, [task.signal]);
+      } finally {
+        s.wake = null;
+      }
+      this.#requireLive(s, task);
+      if (!s.parkRequested) break;
+    }
+    s.state = "running";
+    this.#refresh(s);
+    this.#changed();
+  }
+
+  #requireLive(s: Session, task: ActivationTask): void {
+    if (this.#sessions.get(s.key) !== s || s.retired || s.activation !== task) {
+      throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
+    }
+    task.signal.throwIfAborted();
+  }
+
+  #endActivation(s: Session, task: ActivationTask): void {
+    if (task.done) return;
+    task.done = true;
+    if (s.activation === task) {
+      s.activation = null;
+      s.snapshot = null;
+      s.state = "idle";
+      if (this.#sessions.get(s.key) === s && s.closing && !s.retired) this.#untrack(s);
+      else this.#refresh(s);
+    }
+    task.ended.resolve();
+    this.#changed();
+  }
+
+  #isRestart(s: Session): boolean {
+    return this.#legacyRestarts.has(s.captureKey) || this.#carried.has(s.captureKey);
+  }
+
+  #refresh(s: Session): void {
+    const blocking =
+      this.#sessions.get(s.key) === s &&
+      (s.retired || s.closing || (s.state === "running" && !this.#isRestart(s)));
+    if (blocking === s.blocking) return;
+    s.blocking = blocking;
+    if (blocking) this.#blocking.add(s);
+    else this.#blocking.delete(s);
+  }
+
+  #track(s: Session): void {
+    this.#sessions.set(s.key, s);
+    indexAdd(this.#sessionsByRollout, s.episode.rollout_id, s);
+    this.#refresh(s);
+  }
+
+  #untrack(s: Session): void {
+    if (this.#sessions.get(s.key) !== s) return;
+    this.#sessions.delete(s.key);
+    indexDelete(this.#sessionsByRollout, s.episode.rollout_id, s);
+    if (s.blocking) {
+      s.blocking = false;
+      this.#blocking.delete(s);
+    }
+  }
+
+  /** Notifies a waiting prepare, only while a checkpoint is open. */
+  #changed(): void {
+    if (!this.#accepting) this.notify();
+  }
+}
+
+function indexAdd<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
+  let set = index.get(key);
+  if (set === undefined) index.set(key, (set = new Set()));
+  set.add(value);
+}
+
+function indexDelete<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
+  const set = index.get(key);
+  if (set === undefined) return;
+  set.delete(value);
+  if (set.size === 0) index.delete(key);
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

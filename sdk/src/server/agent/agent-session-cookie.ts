@@ -1,0 +1,37 @@
+import { createHash } from "node:crypto";
+import type { Request, Response } from "express";
+import { parseCookieHeader } from "../../util/cookies.js";
+import { decodeSessionCookie, encodeSessionCookie } from "../resources/session-cookie.js";
+
+/**
+ * The signed cookie binding a client to an agent session (spec agent §3: the marker
+ * `agent_session_id`). Deterministic per server name, so a restored process accepts the
+ * cookies its predecessor set.
+ */
+export class AgentSessionCookie {
+  readonly name: string;
+  readonly #key: Buffer;
+
+  constructor(serverName: string) {
+    this.name = `agent_session___${serverName}`;
+    this.#key = createHash("sha256").update(`gym-agent-session:${serverName}`).digest();
+  }
+
+  /**
+   * The session ID the request's cookie names: null without the cookie; `undefined` when the
+   * cookie is present but is not a valid marker (forged or malformed).
+   */
+  read(req: Request): string | null | undefined {
+    const raw = parseCookieHeader(req.headers.cookie)[this.name];
+    if (raw === undefined) return null;
+    return decodeSessionCookie(raw, this.#key) ?? undefined;
+  }
+
+  /** Sets the marker on the reply. */
+  set(res: Response, sessionId: string): void {
+    res.append(
+      "Set-Cookie",
+      `${this.name}=${encodeSessionCookie(sessionId, this.#key)}; Path=/; HttpOnly; SameSite=Lax`,
+    );
+  }
+}
