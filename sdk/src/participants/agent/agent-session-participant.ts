@@ -21,6 +21,7 @@ import { EpisodeAlreadyRunningError } from "../../steps/episode-errors.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
+import { indexAdd, indexDelete } from "../../util/multimap.js";
 import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
 import { assertJsonValue, type JsonValue } from "../../wire/json-value.js";
 import {
@@ -432,9 +433,9 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       task.cancel(new ActivationCancelledError(key, "closing"));
       await untilSettledOrAborted(task.ended.promise, [signal]);
     }
-    if (this.#sessions.get(key) !== s || s.retired) {
-      throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
-    }
+    // The activation may have removed the closing session as it ended; only a retire that
+    // took the session over refuses the close.
+    if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
     this.#untrack(s);
     this.#changed();
     return true;
@@ -887,19 +888,6 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   #changed(): void {
     if (!this.#accepting) this.notify();
   }
-}
-
-function indexAdd<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
-  let set = index.get(key);
-  if (set === undefined) index.set(key, (set = new Set()));
-  set.add(value);
-}
-
-function indexDelete<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
-  const set = index.get(key);
-  if (set === undefined) return;
-  set.delete(value);
-  if (set.size === 0) index.delete(key);
 }
 
 function compare(a: string, b: string): number {
