@@ -303,3 +303,139 @@ export { cookieHeader, parseCookieHeader, setCookieJar, setCookieLines } from ".
 export type { CookieJar } from "./util/cookies.js";
 export type { TextReply } from "./client/server-client.js";
 export { TOKEN_CAPTURE_SEGMENT } from "./server/rollout-prefix.js";
+
+// ---- Policy model servers and token capture ---------------------------------------------
+export {
+  BackendError,
+  LEDGER_CONTROL_PREFIX,
+  PolicyModelConfigSchema,
+  PolicyModelServer,
+} from "./server/policy-model-server.js";
+export type { PolicyModelConfig } from "./server/policy-model-server.js";
+export {
+  ModelRecordSchema,
+  PolicyParticipant,
+  UNTAGGED_BLOCKER,
+} from "./participants/model/policy-participant.js";
+export type {
+  ModelRecord,
+  PolicyParticipantOptions,
+} from "./participants/model/policy-participant.js";
+export { CallRetiredError, PolicyGate, Ticket } from "./participants/model/policy-gate.js";
+export type {
+  CallCapture,
+  GateReport,
+  PolicyGateOptions,
+} from "./participants/model/policy-gate.js";
+export { RestoredCuts } from "./participants/model/restored-cuts.js";
+export type { CutClaim, CutRecord } from "./participants/model/restored-cuts.js";
+export { restartReason } from "./server/model/constrained-decoding.js";
+export { CutRequester, controlRootOf } from "./server/model/cut-round.js";
+export { resolveLineage, custodyRow, UNRESOLVED_PARENT } from "./server/model/capture-lineage.js";
+export type { Lineage } from "./server/model/capture-lineage.js";
+export {
+  chatRequestOf,
+  inputItems,
+  itemsToMessages,
+  outputItems,
+  responseOf,
+  toolsToChat,
+} from "./server/model/responses-chat.js";
+export type { ChatMessage, ChatToolCall } from "./server/model/responses-chat.js";
+export { CaptureLedger } from "./capture/ledger/capture-ledger.js";
+export type {
+  CaptureLedgerOptions,
+  LedgerImport,
+  LedgerImportResult,
+  LedgerRemoval,
+  RecordOutcome,
+} from "./capture/ledger/capture-ledger.js";
+export {
+  CorruptLedgerError,
+  InvalidLedgerKeyError,
+  InvalidLedgerRowError,
+  LedgerConflictError,
+  LedgerImportError,
+  RolloutRetiredError,
+} from "./capture/ledger/errors.js";
+export {
+  LEDGER_ROW_MISSING_CHAIN_HASH,
+  LEDGER_ROW_MISSING_RESPONSE_ID,
+  callRecordFromRow,
+  manifestFromRows,
+} from "./capture/ledger/manifest.js";
+export type { LedgerManifest, ManifestFailure, RowCallRecord } from "./capture/ledger/manifest.js";
+export { stampRows } from "./capture/ledger/stamp.js";
+export type { LedgerRow, LedgerRowInput } from "./capture/ledger/row-codec.js";
+
+// ---- Worker-side token capture (@experimental) ------------------------------------------
+export { CaptureError, RECORD_FAILURE_REASONS } from "./capture/capture-error.js";
+export type { CaptureErrorReason } from "./capture/capture-error.js";
+export { CaptureAdmissionSchema } from "./capture/admission.js";
+export type { CaptureAdmission, CaptureAdmissionInput } from "./capture/admission.js";
+export {
+  CallRecordSchema,
+  CommitCoordsSchema,
+  StageResultSchema,
+  StagedCallBaseSnapshotSchema,
+  StagedCallRecordSchema,
+  stagingKey,
+} from "./capture/records.js";
+export type {
+  CallRecord,
+  CommitCoords,
+  StageResult,
+  StagedCallBaseSnapshot,
+  StagedCallRecord,
+} from "./capture/records.js";
+export {
+  EpisodeCutSchema,
+  GenerationCutContinuationSchema,
+  GenerationCutRecordSchema,
+  generationCutRecordFromAck,
+  remainingOutputLimit,
+} from "./capture/continuation.js";
+export type {
+  EpisodeCut,
+  GenerationCutContinuation,
+  GenerationCutRecord,
+} from "./capture/continuation.js";
+export {
+  GENERATION_CUT_ROUTE,
+  GenerationCutInventorySchema,
+  GenerationCutPrefixAckSchema,
+  GenerationCutPrefixSchema,
+  GenerationCutReceiptSchema,
+  buildGenerationCutInventory,
+  generationCutFailureAck,
+  inventoryDigest,
+  validateReceiptFor,
+} from "./capture/generation-cut.js";
+export type {
+  GenerationCutInventory,
+  GenerationCutPrefix,
+  GenerationCutPrefixAck,
+  GenerationCutReceipt,
+} from "./capture/generation-cut.js";
+export {
+  FINGERPRINT_VERSION,
+  assistantFingerprint,
+  conversationDigest,
+} from "./capture/fingerprints.js";
+export {
+  EMPTY_EXTRAS_DIGEST,
+  chainHash,
+  extrasDigest,
+  hashTokenIds,
+  stagingDigest,
+} from "./capture/digests.js";
+export { PyFloat, pyFloat, pythonJson } from "./capture/python-json.js";
+export { RolloutTokenCapture } from "./capture/worker-capture.js";
+export type {
+  ActiveCall,
+  BeginCallOptions,
+  CallTokens,
+  RolloutTokenCaptureOptions,
+  StagingSink,
+  WeightVersionProvider,
+} from "./capture/worker-capture.js";

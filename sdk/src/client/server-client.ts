@@ -235,6 +235,11 @@ export class ServerClient {
     return reply.body;
   }
 
+  /** Destroys both pools: calls still in flight fail at once. */
+  async destroy(): Promise<void> {
+    await Promise.all([this.#data.destroy(), this.#control.destroy()]);
+  }
+
   /** Closes both pools. */
   async close(): Promise<void> {
     await Promise.all([this.#data.close(), this.#control.close()]);

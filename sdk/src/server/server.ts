@@ -332,10 +332,10 @@ export class Server {
    */
   async close(): Promise<void> {
     this.#controlPlane?.close();
-    await this.#client?.close();
     const http = this.#http;
     if (http === null) {
       this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
+      await this.#client?.close();
       return;
     }
     this.#http = null;
@@ -349,6 +349,8 @@ export class Server {
     await closed;
     clearTimeout(grace);
     this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
+    // Last: closing the client waits for its calls, which the aborted handlers have dropped.
+    await this.#client?.destroy();
     this.logger.info("closed");
   }
 }

@@ -1,0 +1,136 @@
+/**
+ * What a replacement call continues from (contract §7.3, §7.5–§7.7): the continuation a capture
+ * admission carries, the cut record the checkpoint stores, and the output budget left.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { CaptureError } from "./capture-error.js";
+import { STAGING_SCHEMA_VERSION } from "./digests.js";
+import { conversationDigest } from "./fingerprints.js";
+import type { GenerationCutPrefixAck } from "./generation-cut.js";
+import {
+  HexDigestSchema,
+  IdentifierSchema,
+  NonNegativeIntSchema,
+  PositiveIntSchema,
+  allDistinct,
+  parseWire,
+} from "./wire-primitives.js";
+
+/** Why a cut's generation already finished: it stopped, or it reached its length limit. */
+export const TerminalFinishReasonSchema = z.enum(["stop", "length"]);
+
+/** A stop string or stop token ID; only with a terminal finish reason. */
+export const TerminalStopReasonSchema = z.union([z.string(), z.number().int()]).nullable();
+
+/**
+ * A checkpointed prefix of the same call, which the worker continues instead of regenerating
+ * (`CaptureAdmission.generation_cut`). The worker fetches the staged record named by
+ * `staging_keys`, checks it in `beginCall`, and generates only the rest, within
+ * {@link remainingOutputLimit}. A terminal finish reason means the cut captured a finished
+ * generation, returned without generating more.
+ */
+export const GenerationCutContinuationSchema = z
+  .strictObject({
+    schema_version: z.literal(STAGING_SCHEMA_VERSION).default(STAGING_SCHEMA_VERSION),
+    source_capture_key: IdentifierSchema,
+    source_model_call_id: IdentifierSchema,
+    staging_keys: z.array(IdentifierSchema).min(1),
+    prefix_token_count: NonNegativeIntSchema,
+    prefix_digest: HexDigestSchema,
+    effective_output_limit: PositiveIntSchema,
+    terminal_finish_reason: TerminalFinishReasonSchema.nullable().default(null),
+    terminal_stop_reason: TerminalStopReasonSchema.default(null),
+  })
+  .superRefine((value, ctx) => {
+    if (!allDistinct(value.staging_keys)) {
+      ctx.addIssue({ code: "custom", message: "generation-cut staging_keys must be unique" });
+    }
+    if (value.terminal_stop_reason !== null && value.terminal_finish_reason === null) {
+      ctx.addIssue({
+        code: "custom",
+        message: "terminal_stop_reason requires terminal_finish_reason",
+      });
+    }
+  });
+/** A checkpointed prefix a replacement call continues. */
+export type GenerationCutContinuation = z.output<typeof GenerationCutContinuationSchema>;
+
+/**
+ * How many tokens a continuation may still generate: the original call's budget
+ * (`effective_output_limit`) minus the tokens its prefix already generated, never below 0, and 0
+ * when the cut captured a finished generation. A continuation never asks the engine for more than
+ * the original call had left.
+ *
+ * @example
+ * remainingOutputLimit({ ...continuation, effective_output_limit: 1024, prefix_token_count: 5 });
+ * // 1019
+ */
+export function remainingOutputLimit(
+  continuation: Pick<
+    GenerationCutContinuation,
+    "effective_output_limit" | "prefix_token_count" | "terminal_finish_reason"
+  >,
+): number {
+  if (continuation.terminal_finish_reason !== null) return 0;
+  return Math.max(0, continuation.effective_output_limit - continuation.prefix_token_count);
+}
+
+/**
+ * A durable prefix of an undelivered call and the request it answers, as a checkpoint stores it:
+ * a restored cut is used only by a call whose `conversationDigest` equals `request_digest`.
+ */
+export const GenerationCutRecordSchema = z.strictObject({
+  model_call_id: z.string(),
+  request_digest: z.string(),
+  continuation: GenerationCutContinuationSchema,
+});
+/** A durable prefix of an undelivered call and the request it answers. */
+export type GenerationCutRecord = z.output<typeof GenerationCutRecordSchema>;
+
+/** One undelivered call's cut in a gate snapshot (contract §3.7); the newest `admitted_at` wins. */
+export const EpisodeCutSchema = z.strictObject({
+  capture_key: IdentifierSchema,
+  record: GenerationCutRecordSchema,
+  admitted_at: z.number().default(0),
+});
+/** One undelivered call's cut in a gate snapshot. */
+export type EpisodeCut = z.output<typeof EpisodeCutSchema>;
+
+/**
+ * The cut record of one acknowledged call (contract §7.3 step 7), built once when the receipt
+ * arrives: the ack's evidence as the continuation, the source attempt's capture key, and the
+ * conversation digest of the call's request items.
+ *
+ * Throws {@link CaptureError} `not_durable_prefix` for an ack that is not `durable_prefix`.
+ */
+export function generationCutRecordFromAck(
+  ack: GenerationCutPrefixAck,
+  source: { readonly captureKey: string; readonly requestItems: readonly unknown[] | null },
+): GenerationCutRecord {
+  if (ack.disposition !== "durable_prefix") {
+    throw new CaptureError(
+      "not_durable_prefix",
+      `call ${ack.model_call_id} has no durable prefix (${ack.disposition}); it regenerates after a restore`,
+    );
+  }
+  return parseWire(
+    GenerationCutRecordSchema,
+    {
+      model_call_id: ack.model_call_id,
+      request_digest: conversationDigest(source.requestItems ?? []),
+      continuation: {
+        source_capture_key: source.captureKey,
+        source_model_call_id: ack.model_call_id,
+        staging_keys: ack.staging_keys,
+        prefix_token_count: ack.prefix_token_count,
+        prefix_digest: ack.prefix_digest,
+        effective_output_limit: ack.effective_output_limit,
+        terminal_finish_reason: ack.terminal_finish_reason,
+        terminal_stop_reason: ack.terminal_stop_reason,
+      },
+    },
+    "generation-cut record",
+  );
+}

@@ -1,0 +1,259 @@
+/**
+ * The generation-cut wire models (contract §7.7): the inventory a policy model server sends to
+ * `POST /ng-control/v1/generation-cut`, the per-call acks and the receipt the worker answers with,
+ * and the check that a receipt answers exactly the inventory sent. Field names match the worker
+ * endpoint NeMo RL implements; every model refuses unknown fields.
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { z } from "zod";
+import { SAFE_ID_PATTERN } from "../identity/episode-id.js";
+import { CaptureError } from "./capture-error.js";
+import { TerminalFinishReasonSchema, TerminalStopReasonSchema } from "./continuation.js";
+import { compareCodePoints, pyFloat, pythonJson } from "./python-json.js";
+import {
+  HexDigestSchema,
+  IdentifierSchema,
+  NonNegativeIntSchema,
+  PositiveIntSchema,
+  allDistinct,
+  parseWire,
+} from "./wire-primitives.js";
+
+/** The worker control route a cut request is posted to. */
+export const GENERATION_CUT_ROUTE = "/ng-control/v1/generation-cut";
+
+const identityShape = {
+  ticket_id: IdentifierSchema,
+  rollout_id: IdentifierSchema.regex(SAFE_ID_PATTERN, "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+  attempt: NonNegativeIntSchema,
+  model_call_id: IdentifierSchema,
+  // Epoch seconds; a Python float, so an integral value digests as `1.0`.
+  admitted_at: z.number(),
+};
+
+/** One admitted, undelivered call whose generated prefix should be cut. */
+export const GenerationCutPrefixSchema = z.strictObject(identityShape);
+/** One admitted, undelivered call whose generated prefix should be cut. */
+export type GenerationCutPrefix = z.output<typeof GenerationCutPrefixSchema>;
+
+/** The calls one worker must cut, bound to one checkpoint by `inventory_digest`. */
+export const GenerationCutInventorySchema = z.strictObject({
+  checkpoint_id: IdentifierSchema,
+  server_name: IdentifierSchema,
+  active_prefixes: z.array(GenerationCutPrefixSchema).default([]),
+  inventory_digest: HexDigestSchema,
+});
+/** The calls one worker must cut. */
+export type GenerationCutInventory = z.output<typeof GenerationCutInventorySchema>;
+
+/**
+ * The `inventory_digest` of an inventory: lowercase hex SHA-256 of the UTF-8 bytes of
+ * `json.dumps({"checkpoint_id", "server_name", "active_prefixes": [...]}, sort_keys=True,
+ * separators=(",", ":"))` as the Python reference writes it ({@link pythonJson}), with
+ * `admitted_at` as a float. The prefixes are digested in the order given.
+ */
+export function inventoryDigest(inventory: {
+  readonly checkpoint_id: string;
+  readonly server_name: string;
+  readonly active_prefixes: readonly GenerationCutPrefix[];
+}): string {
+  const payload = {
+    checkpoint_id: inventory.checkpoint_id,
+    server_name: inventory.server_name,
+    active_prefixes: inventory.active_prefixes.map((prefix) => ({
+      ticket_id: prefix.ticket_id,
+      rollout_id: prefix.rollout_id,
+      attempt: prefix.attempt,
+      model_call_id: prefix.model_call_id,
+      admitted_at: pyFloat(prefix.admitted_at),
+    })),
+  };
+  // pythonJson writes ASCII only, so UTF-8 and Latin-1 bytes coincide.
+  return createHash("sha256").update(pythonJson(payload), "utf8").digest("hex");
+}
+
+/**
+ * Builds the inventory for one backend: validates each prefix, sorts them by `ticket_id` (code
+ * point order, as Python sorts) and computes {@link inventoryDigest}. Throws
+ * {@link CaptureError} `invalid_wire_value` for an invalid field.
+ *
+ * @example
+ * const inventory = buildGenerationCutInventory({
+ *   checkpoint_id: "ckpt-7",
+ *   server_name: "policy",
+ *   active_prefixes: [
+ *     { ticket_id: "t1", rollout_id: "r", attempt: 0, model_call_id: "c1", admitted_at: 1.5 },
+ *   ],
+ * });
+ */
+export function buildGenerationCutInventory(input: {
+  readonly checkpoint_id: string;
+  readonly server_name: string;
+  readonly active_prefixes: readonly GenerationCutPrefix[];
+}): GenerationCutInventory {
+  const prefixes = input.active_prefixes
+    .map((prefix) => parseWire(GenerationCutPrefixSchema, prefix, "generation-cut prefix"))
+    .sort((a, b) => compareCodePoints(a.ticket_id, b.ticket_id));
+  const fields = {
+    checkpoint_id: input.checkpoint_id,
+    server_name: input.server_name,
+    active_prefixes: prefixes,
+  };
+  return parseWire(
+    GenerationCutInventorySchema,
+    { ...fields, inventory_digest: inventoryDigest(fields) },
+    "generation-cut inventory",
+  );
+}
+
+/** The prefix evidence a `durable_prefix` ack must carry and a `durable_failure` ack must not. */
+const EVIDENCE = [
+  "cut_kind",
+  "frozen_buffer_id",
+  "prefix_token_count",
+  "prefix_digest",
+  "effective_output_limit",
+] as const;
+
+/**
+ * The worker's durable outcome for one call of the inventory: `durable_prefix` (its generated
+ * prefix is staged under `staging_keys`) or `durable_failure` (no evidence; the call regenerates
+ * after a restore).
+ */
+export const GenerationCutPrefixAckSchema = z
+  .strictObject({
+    ...identityShape,
+    disposition: z.enum(["durable_prefix", "durable_failure"]),
+    cut_kind: z.enum(["active_prefix", "terminal_completion"]).nullable().default(null),
+    frozen_buffer_id: IdentifierSchema.nullable().default(null),
+    staging_keys: z.array(z.string()).default([]),
+    prefix_token_count: NonNegativeIntSchema.nullable().default(null),
+    prefix_digest: HexDigestSchema.nullable().default(null),
+    effective_output_limit: PositiveIntSchema.nullable().default(null),
+    terminal_finish_reason: TerminalFinishReasonSchema.nullable().default(null),
+    terminal_stop_reason: TerminalStopReasonSchema.default(null),
+  })
+  .superRefine((value, ctx) => {
+    const issue = (message: string) => ctx.addIssue({ code: "custom", message, input: value });
+    const carried = EVIDENCE.filter((field) => value[field] !== null);
+    if (value.disposition === "durable_prefix") {
+      if (carried.length !== EVIDENCE.length || value.staging_keys.length === 0) {
+        issue(
+          "durable_prefix requires cut_kind, frozen_buffer_id, staging_keys, prefix_token_count, prefix_digest, and effective_output_limit",
+        );
+      }
+    } else if (carried.length > 0 || value.staging_keys.length > 0) {
+      issue("durable_failure cannot carry prefix evidence");
+    }
+    if (value.terminal_stop_reason !== null && value.terminal_finish_reason === null) {
+      issue("terminal_stop_reason requires terminal_finish_reason");
+    }
+    if (!allDistinct(value.staging_keys)) issue("generation-cut staging_keys must be unique");
+  });
+/** The worker's durable outcome for one call of the inventory. */
+export type GenerationCutPrefixAck = z.output<typeof GenerationCutPrefixAckSchema>;
+
+/**
+ * The `durable_failure` ack of a prefix: its five identity fields and no evidence. The gate treats
+ * every call of a backend whose cut request failed this way.
+ */
+export function generationCutFailureAck(prefix: GenerationCutPrefix): GenerationCutPrefixAck {
+  return parseWire(
+    GenerationCutPrefixAckSchema,
+    {
+      ticket_id: prefix.ticket_id,
+      rollout_id: prefix.rollout_id,
+      attempt: prefix.attempt,
+      model_call_id: prefix.model_call_id,
+      admitted_at: prefix.admitted_at,
+      disposition: "durable_failure",
+    },
+    "generation-cut ack",
+  );
+}
+
+/** A worker's final durable receipt for every call of its inventory. */
+export const GenerationCutReceiptSchema = z.strictObject({
+  checkpoint_id: IdentifierSchema,
+  cut_id: IdentifierSchema,
+  inventory_digest: HexDigestSchema,
+  inventory: GenerationCutInventorySchema,
+  backend_snapshot_id: IdentifierSchema,
+  prefixes: z.array(GenerationCutPrefixAckSchema).default([]),
+});
+/** A worker's final durable receipt for every call of its inventory. */
+export type GenerationCutReceipt = z.output<typeof GenerationCutReceiptSchema>;
+
+function samePrefix(a: GenerationCutPrefix, b: GenerationCutPrefix): boolean {
+  return (
+    a.ticket_id === b.ticket_id &&
+    a.rollout_id === b.rollout_id &&
+    a.attempt === b.attempt &&
+    a.model_call_id === b.model_call_id &&
+    a.admitted_at === b.admitted_at
+  );
+}
+
+function sameInventory(a: GenerationCutInventory, b: GenerationCutInventory): boolean {
+  return (
+    a.checkpoint_id === b.checkpoint_id &&
+    a.server_name === b.server_name &&
+    a.inventory_digest === b.inventory_digest &&
+    a.active_prefixes.length === b.active_prefixes.length &&
+    a.active_prefixes.every((prefix, i) =>
+      samePrefix(prefix, b.active_prefixes[i] as typeof prefix),
+    )
+  );
+}
+
+/**
+ * Refuses a receipt that is not an exact, complete answer to `inventory` (the one sent), with
+ * {@link CaptureError}:
+ *
+ * - `receipt_inventory_mismatch`: the echoed `inventory` is not deeply equal to the one sent, or
+ *   the receipt's `inventory_digest` differs from it;
+ * - `receipt_coverage_mismatch`: the acks do not name every inventory `ticket_id` exactly once
+ *   (a duplicate, an extra or a missing ticket);
+ * - `receipt_identity_mismatch`: an ack's `rollout_id`, `attempt`, `model_call_id` or
+ *   `admitted_at` differs from the inventory entry with its `ticket_id`.
+ *
+ * Returning a valid receipt is the worker's durability boundary; on any refusal the gate treats
+ * every call of that backend as `durable_failure`.
+ */
+export function validateReceiptFor(
+  receipt: GenerationCutReceipt,
+  inventory: GenerationCutInventory,
+): void {
+  if (
+    !sameInventory(receipt.inventory, inventory) ||
+    receipt.inventory_digest !== inventory.inventory_digest
+  ) {
+    throw new CaptureError(
+      "receipt_inventory_mismatch",
+      "generation-cut receipt answers a different inventory",
+    );
+  }
+  const admitted = new Map(inventory.active_prefixes.map((prefix) => [prefix.ticket_id, prefix]));
+  const acked = receipt.prefixes.map((ack) => ack.ticket_id);
+  if (
+    !allDistinct(acked) ||
+    acked.length !== admitted.size ||
+    acked.some((ticket) => !admitted.has(ticket))
+  ) {
+    throw new CaptureError(
+      "receipt_coverage_mismatch",
+      "generation-cut receipt must cover every call in the inventory exactly once",
+    );
+  }
+  for (const ack of receipt.prefixes) {
+    const call = admitted.get(ack.ticket_id) as GenerationCutPrefix;
+    if (!samePrefix(ack, call)) {
+      throw new CaptureError(
+        "receipt_identity_mismatch",
+        `generation-cut receipt identity differs for ticket '${ack.ticket_id}'`,
+      );
+    }
+  }
+}

@@ -1,0 +1,504 @@
+import { mkdir, open, readdir, stat, unlink, writeFile } from "node:fs/promises";
+import path from "node:path";
+import type { Logger } from "pino";
+import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
+import { fsyncDir } from "../../store/fs-sync.js";
+import {
+  InvalidLedgerRowError,
+  LedgerConflictError,
+  LedgerImportError,
+  RolloutRetiredError,
+} from "./errors.js";
+import {
+  LEDGER_FILE_KINDS,
+  captureFileName,
+  ledgerEpisode,
+  ledgerKeyBatch,
+  type CaptureFileKind,
+} from "./files.js";
+import { KeyedMutex } from "./keyed-mutex.js";
+import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
+import { mapLimited } from "./map-limited.js";
+import { RolloutIndex } from "./rollout-index.js";
+import { RowCache } from "./row-cache.js";
+import { decodeRowLine, encodeRowLine, type LedgerRow, type LedgerRowInput } from "./row-codec.js";
+import { stampRows } from "./stamp.js";
+
+/** File operations of one batch in flight at once. */
+const FILE_CONCURRENCY = 32;
+
+/** Options of a {@link CaptureLedger}. */
+export interface CaptureLedgerOptions {
+  /** Where discarded late rows are reported (warn level). @default no logging */
+  readonly logger?: Pick<Logger, "warn"> | null;
+}
+
+/** What a retire or delete batch did: keys whose ledger it removed, and the others. */
+export interface LedgerRemoval {
+  /** Keys whose ledger file existed and was removed, in batch order. */
+  readonly removed: readonly string[];
+  /** The other keys of the batch (a fence-only key is absent), in batch order. */
+  readonly absent: readonly string[];
+}
+
+/**
+ * What a write did: `appended` a row, found the `unchanged` identical row already there, or
+ * `discarded` it because the attempt is retired.
+ */
+export type RecordOutcome = "appended" | "unchanged" | "discarded";
+
+/** One restored episode of an import batch (policy-model spec §6.3). */
+export interface LedgerImport {
+  /** The replacement attempt's key, `<rollout>-a<T>`; its ledger becomes exactly `rows`. */
+  readonly targetKey: string;
+  /** The checkpointed attempt's key (an earlier attempt of the same rollout). */
+  readonly sourceKey: string;
+  /** The checkpointed rows, in order; stamped with `sourceKey` on the way in. */
+  readonly rows: readonly LedgerRowInput[];
+}
+
+/** What an import batch did. */
+export interface LedgerImportResult {
+  /** The target keys, in batch order. */
+  readonly imported: readonly string[];
+  /** Names of the files dead executions left that the import removed, sorted. */
+  readonly cleared: readonly string[];
+  /** The retire of the source attempts `0..N` of every target. */
+  readonly retired: LedgerRemoval;
+}
+
+function isCode(error: unknown, code: string): boolean {
+  return (error as NodeJS.ErrnoException).code === code;
+}
+
+/**
+ * The file capture ledger of a policy model server: per capture key, the rows of its committed
+ * and failed calls, and the files that retire, delete, restore and started markers leave
+ * (policy-model spec §5, §6).
+ *
+ * ## Files
+ * In `dir`, per capture key `<k>`: `<k>.lineage.jsonl` (the rows), `<k>.lineage.retired` (the
+ * fence of a retired attempt), `<k>.lineage.started` (a call of the attempt reached a server);
+ * an import also clears `<k>.tokens.jsonl` and `<k>.tokens.incomplete`. Every key is validated
+ * before a file name is built from it; an invalid key throws `InvalidLedgerKeyError`
+ * (for a batch: before anything changes).
+ *
+ * ## Durability
+ * A row is appended, flushed and fsynced; creating a ledger fsyncs the directory. A retire
+ * writes its fences, fsyncs the directory once, then deletes; a delete fsyncs the directory
+ * once per non-empty batch. An import fsyncs the directory twice per batch (its files, then its
+ * retire), whatever the batch size, and does not fsync each file: the checkpoint is the durable
+ * copy and importing again gives the same ledgers. Started markers are never fsynced.
+ *
+ * ## Concurrency
+ * Operations on one key are serialized by an in-process lock per key; batches take their keys
+ * in sorted order. Processes sharing the directory see each other's rows (reads notice
+ * appended bytes) and fences, but nothing locks across processes.
+ *
+ * @example
+ * const ledger = new CaptureLedger("/var/capture");
+ * await ledger.recordFailure("task-3-a1", "call-7", "worker_capture_failed");
+ * const { failures } = await ledger.manifest("task-3-a1"); // one, reason "worker_capture_failed"
+ * await ledger.retire(["task-3", "task-3-a1"]); // { removed: ["task-3-a1"], absent: ["task-3"] }
+ */
+export class CaptureLedger {
+  readonly #dir: string;
+  readonly #logger: Pick<Logger, "warn"> | null;
+  readonly #locks = new KeyedMutex();
+  readonly #cache = new RowCache();
+  #dirReady: Promise<void> | null = null;
+
+  /** A ledger over `dir`, created on the first write if missing. */
+  constructor(dir: string, options: CaptureLedgerOptions = {}) {
+    this.#dir = dir;
+    this.#logger = options.logger ?? null;
+  }
+
+  /** The ledger directory. */
+  get dir(): string {
+    return this.#dir;
+  }
+
+  /** How many keys have cached rows (retire, delete and import drop theirs). */
+  get cachedKeyCount(): number {
+    return this.#cache.size;
+  }
+
+  /**
+   * Records a call's row under `key`. Rows are write-once per `model_call_id`: the identical
+   * row again is `unchanged`, a different one throws {@link LedgerConflictError} and leaves the
+   * ledger as it was. A row that would create the ledger of a retired key is `discarded` with
+   * a warning naming its staging key; the fence is looked at only then.
+   */
+  async record(key: string, row: LedgerRowInput): Promise<RecordOutcome> {
+    ledgerEpisode(key);
+    const line = encodeRowLine(key, row);
+    return await this.#locks.run([key], async () => {
+      const { exists, rows } = await this.#read(key);
+      const existing = rows.find((stored) => stored.model_call_id === row.model_call_id);
+      if (existing !== undefined) {
+        if (encodeRowLine(key, existing) === line) return "unchanged";
+        throw new LedgerConflictError(key, row.model_call_id);
+      }
+      const stagingKey = typeof row.staging_key === "string" ? row.staging_key : null;
+      return await this.#append(key, exists, line, {
+        model_call_id: row.model_call_id,
+        staging_key: stagingKey,
+      });
+    });
+  }
+
+  /**
+   * Records that a call failed: the row `{model_call_id, failure_reason}`, appended unless the
+   * identical row is there already. Discarded like {@link record} on a retired key.
+   */
+  async recordFailure(key: string, modelCallId: string, reason: string): Promise<RecordOutcome> {
+    ledgerEpisode(key);
+    if (typeof reason !== "string" || reason.length === 0) {
+      throw new InvalidLedgerRowError(key, "a failure row needs a non-empty reason");
+    }
+    const line = encodeRowLine(key, { model_call_id: modelCallId, failure_reason: reason });
+    return await this.#locks.run([key], async () => {
+      const { exists, rows } = await this.#read(key);
+      if (rows.some((stored) => encodeRowLine(key, stored) === line)) return "unchanged";
+      return await this.#append(key, exists, line, { model_call_id: modelCallId });
+    });
+  }
+
+  /**
+   * The rows of `key` in file order; none when it has no ledger. Fences are not consulted: a
+   * fenced key's rows are gone, except after a retire that crashed before deleting them.
+   */
+  async rows(key: string): Promise<LedgerRow[]> {
+    ledgerEpisode(key);
+    return await this.#locks.run([key], async () => [...(await this.#read(key)).rows]);
+  }
+
+  /** Whether `key` has any row; throws {@link RolloutRetiredError} when it is retired. */
+  async hasRows(key: string): Promise<boolean> {
+    ledgerEpisode(key);
+    return await this.#locks.run([key], async () => {
+      await this.#refuseRetired(key);
+      return (await this.#read(key)).rows.length > 0;
+    });
+  }
+
+  /**
+   * The manifest of `key` (spec §5.6), records built by `toRecord` (default
+   * `callRecordFromRow`); throws {@link RolloutRetiredError} when `key` is retired, since
+   * an empty manifest would read as an attempt that made no calls.
+   */
+  async manifest(key: string): Promise<LedgerManifest<RowCallRecord>>;
+  async manifest<R>(key: string, toRecord: (row: LedgerRow) => R): Promise<LedgerManifest<R>>;
+  async manifest<R>(key: string, toRecord?: (row: LedgerRow) => R): Promise<LedgerManifest<R>> {
+    ledgerEpisode(key);
+    return await this.#locks.run([key], async () => {
+      await this.#refuseRetired(key);
+      const { rows } = await this.#read(key);
+      return toRecord === undefined
+        ? (manifestFromRows(key, rows) as LedgerManifest<R>)
+        : manifestFromRows(key, rows, toRecord);
+    });
+  }
+
+  /**
+   * The rows a commit exports for `key` (spec §6.1): every row except those of the calls in
+   * `undelivered`, whose responses the client has not received.
+   */
+  async exportRows(key: string, undelivered: ReadonlySet<string>): Promise<LedgerRow[]> {
+    const rows = await this.rows(key);
+    return rows.filter((row) => !undelivered.has(row.model_call_id));
+  }
+
+  /**
+   * Retires the ledgers of `keys` (spec §5.5): writes each key's fence (also for keys that
+   * never recorded), fsyncs the directory once, then deletes each ledger and started marker.
+   * Afterwards {@link hasRows} and {@link manifest} throw {@link RolloutRetiredError} and late
+   * writes are discarded. A key whose fence a concurrent {@link delete} removed in between has
+   * been reused: its new ledger is kept.
+   *
+   * ## Rules
+   * - The batch is validated whole first; repeats count once.
+   * - Retiring again writes nothing but still fsyncs the directory, so a fence an overlapping
+   *   retire wrote is durable before this one reports success; the same fsync makes durable a
+   *   fence a crashed retire left, before its ledger goes.
+   */
+  async retire(keys: readonly string[]): Promise<LedgerRemoval> {
+    const batch = ledgerKeyBatch(keys);
+    if (batch.length === 0) return { removed: [], absent: [] };
+    await this.#locks.run(batch, async () => {
+      await this.#ensureDir();
+      await mapLimited(batch, FILE_CONCURRENCY, (key) => this.#createFence(key));
+    });
+    await fsyncDir(this.#dir);
+    const removedFlags = await this.#locks.run(batch, async () =>
+      mapLimited(batch, FILE_CONCURRENCY, async (key) => {
+        this.#cache.drop(key);
+        if (!(await this.#exists(key, "fence"))) return false;
+        const removed = await this.#unlink(key, "ledger");
+        await this.#unlink(key, "started");
+        return removed;
+      }),
+    );
+    return partition(batch, removedFlags);
+  }
+
+  /**
+   * Deletes every ledger file of `keys` — ledger, fence and started marker — so each key is
+   * unused again (an empty manifest, writes allowed), and fsyncs the directory once. A key
+   * whose ledger existed is `removed`, the others (fence-only ones too) `absent`.
+   */
+  async delete(keys: readonly string[]): Promise<LedgerRemoval> {
+    const batch = ledgerKeyBatch(keys);
+    if (batch.length === 0) return { removed: [], absent: [] };
+    const removedFlags = await this.#locks.run(batch, async () => {
+      const flags = await mapLimited(batch, FILE_CONCURRENCY, (key) => this.#deleteFiles(key));
+      // Even when nothing was found: an overlapping delete may not have synced its removals.
+      await fsyncDir(this.#dir);
+      return flags;
+    });
+    return partition(batch, removedFlags);
+  }
+
+  /** Retires, in one batch, the ledgers of attempts `0..e.attempt` of every episode. */
+  async retireLedgers(episodes: Iterable<EpisodeId>): Promise<LedgerRemoval> {
+    const keys: string[] = [];
+    for (const episode of episodes) {
+      for (let attempt = 0; attempt <= episode.attempt; attempt++) {
+        keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
+      }
+    }
+    return await this.retire(keys);
+  }
+
+  /**
+   * Installs a restore's ledgers in one batch (spec §6.3 steps 6, 7 and 10).
+   *
+   * ## Steps
+   * 1. Validates the whole batch: valid keys, each target a later attempt of its source's
+   *    rollout, one target per rollout, rows that are JSON objects naming their call.
+   * 2. Lists the directory once and, for each target `<rollout>-a<T>`, removes what dead
+   *    executions left for attempts `T, T+1, …` of that rollout only: ledgers, fences, started
+   *    markers and token files. A fence left there would discard the restored rows later.
+   * 3. Writes each target's ledger as exactly its rows, stamped ({@link stampRows}); no file
+   *    for a target without rows. Then fsyncs the directory once.
+   * 4. Retires attempts `0..N` of every source in one batch; targets are not retired.
+   */
+  async importRecords(targets: readonly LedgerImport[]): Promise<LedgerImportResult> {
+    const plans = planImport(targets);
+    if (plans.length === 0) {
+      return { imported: [], cleared: [], retired: { removed: [], absent: [] } };
+    }
+    await this.#ensureDir();
+    const index = new RolloutIndex(await readdir(this.#dir));
+    const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
+    const lockKeys = [...doomed.map((file) => file.key), ...plans.map((plan) => plan.targetKey)];
+    await this.#locks.run(lockKeys, async () => {
+      for (const key of lockKeys) this.#cache.drop(key);
+      await mapLimited(doomed, FILE_CONCURRENCY, (file) => this.#unlinkName(file.name));
+      const writes = plans.filter((plan) => plan.text.length > 0);
+      await mapLimited(writes, FILE_CONCURRENCY, async (plan) => {
+        await writeFile(this.#path(plan.targetKey, "ledger"), plan.text, { flag: "w" });
+      });
+      await fsyncDir(this.#dir);
+    });
+    const retired = await this.retireLedgers(plans.map((plan) => plan.source));
+    return {
+      imported: plans.map((plan) => plan.targetKey),
+      cleared: doomed.map((file) => file.name).sort(),
+      retired,
+    };
+  }
+
+  /**
+   * Marks `key` started (spec §6.4): creates `<k>.lineage.started` exclusively before the first
+   * call of the attempt proceeds. Returns whether this call created it; a retired key is never
+   * marked. Not fsynced: other servers only need to see it, and after a crash the next step is
+   * a restore, which removes it.
+   */
+  async markStarted(key: string): Promise<boolean> {
+    ledgerEpisode(key);
+    return await this.#locks.run([key], async () => {
+      if (await this.#exists(key, "fence")) return false;
+      await this.#ensureDir();
+      try {
+        const handle = await open(this.#path(key, "started"), "wx");
+        await handle.close();
+        return true;
+      } catch (error) {
+        if (isCode(error, "EEXIST")) return false;
+        throw error;
+      }
+    });
+  }
+
+  /** Whether a server marked `key` started. */
+  async isStarted(key: string): Promise<boolean> {
+    ledgerEpisode(key);
+    return await this.#exists(key, "started");
+  }
+
+  /**
+   * Deletes the ledger files of a restored attempt no server started (spec §6.4), leaving no
+   * fence, since the controller may still run the attempt; returns false and changes nothing
+   * when a started marker exists.
+   */
+  async deleteUnstarted(key: string): Promise<boolean> {
+    ledgerEpisode(key);
+    return await this.#locks.run([key], async () => {
+      if (await this.#exists(key, "started")) return false;
+      await this.#deleteFiles(key);
+      await fsyncDir(this.#dir);
+      return true;
+    });
+  }
+
+  async #append(
+    key: string,
+    exists: boolean,
+    line: string,
+    late: { model_call_id: string; staging_key?: string | null },
+  ): Promise<RecordOutcome> {
+    if (!exists) {
+      if (await this.#exists(key, "fence")) {
+        this.#logger?.warn(
+          { capture_key: key, ...late },
+          `discarded a late ledger row of retired attempt '${key}'` +
+            (late.staging_key
+              ? `; its staged tokens (${late.staging_key}) are in no manifest`
+              : ""),
+        );
+        return "discarded";
+      }
+      await this.#ensureDir();
+    }
+    let ino: number;
+    let size: number;
+    try {
+      const handle = await open(this.#path(key, "ledger"), "a");
+      try {
+        await handle.writeFile(line, "utf8");
+        await handle.sync();
+        ({ ino, size } = await handle.stat());
+      } finally {
+        await handle.close();
+      }
+    } catch (error) {
+      this.#cache.drop(key);
+      throw error;
+    }
+    if (!exists) await fsyncDir(this.#dir);
+    this.#cache.appended(
+      key,
+      ino,
+      size,
+      Buffer.byteLength(line),
+      decodeRowLine(key, line.slice(0, -1)),
+    );
+    return "appended";
+  }
+
+  async #read(key: string): Promise<{ exists: boolean; rows: readonly LedgerRow[] }> {
+    return await this.#cache.read(key, this.#path(key, "ledger"));
+  }
+
+  async #refuseRetired(key: string): Promise<void> {
+    if (await this.#exists(key, "fence")) throw new RolloutRetiredError(key);
+  }
+
+  /** Creates the fence of `key` unless it exists; an existing fence is left untouched. */
+  async #createFence(key: string): Promise<void> {
+    try {
+      const handle = await open(this.#path(key, "fence"), "wx");
+      await handle.close();
+    } catch (error) {
+      if (!isCode(error, "EEXIST")) throw error;
+    }
+  }
+
+  /** Removes every ledger file of `key`; whether its ledger existed. */
+  async #deleteFiles(key: string): Promise<boolean> {
+    this.#cache.drop(key);
+    const [ledger] = await Promise.all(LEDGER_FILE_KINDS.map((kind) => this.#unlink(key, kind)));
+    return ledger === true;
+  }
+
+  async #unlink(key: string, kind: CaptureFileKind): Promise<boolean> {
+    return await this.#unlinkName(captureFileName(key, kind));
+  }
+
+  async #unlinkName(name: string): Promise<boolean> {
+    try {
+      await unlink(path.join(this.#dir, name));
+      return true;
+    } catch (error) {
+      if (isCode(error, "ENOENT")) return false;
+      throw error;
+    }
+  }
+
+  async #exists(key: string, kind: CaptureFileKind): Promise<boolean> {
+    try {
+      await stat(this.#path(key, kind));
+      return true;
+    } catch (error) {
+      if (isCode(error, "ENOENT")) return false;
+      throw error;
+    }
+  }
+
+  #path(key: string, kind: CaptureFileKind): string {
+    return path.join(this.#dir, captureFileName(key, kind));
+  }
+
+  /** Creates the directory once per instance, before the first write. */
+  async #ensureDir(): Promise<void> {
+    this.#dirReady ??= mkdir(this.#dir, { recursive: true }).then(() => undefined);
+    try {
+      await this.#dirReady;
+    } catch (error) {
+      this.#dirReady = null;
+      throw error;
+    }
+  }
+}
+
+/** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
+function partition(batch: readonly string[], removed: readonly boolean[]): LedgerRemoval {
+  return {
+    removed: batch.filter((_, i) => removed[i] === true),
+    absent: batch.filter((_, i) => removed[i] !== true),
+  };
+}
+
+interface ImportPlan {
+  readonly targetKey: string;
+  readonly target: EpisodeId;
+  readonly source: EpisodeId;
+  /** The target ledger's text: the stamped rows' lines. */
+  readonly text: string;
+}
+
+/** Validates an import batch whole and encodes its ledgers, before any file is touched. */
+function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
+  const rollouts = new Set<string>();
+  return targets.map(({ targetKey, sourceKey, rows }) => {
+    const target = ledgerEpisode(targetKey);
+    const source = ledgerEpisode(sourceKey);
+    if (target.rollout_id !== source.rollout_id || target.attempt <= source.attempt) {
+      throw new LedgerImportError(
+        `cannot import '${sourceKey}' as '${targetKey}': the target must be a later attempt of the same rollout`,
+      );
+    }
+    if (rollouts.has(target.rollout_id)) {
+      throw new LedgerImportError(
+        `the import names rollout '${target.rollout_id}' twice; restore each rollout once`,
+      );
+    }
+    rollouts.add(target.rollout_id);
+    const text = stampRows(rows, sourceKey)
+      .map((row) => encodeRowLine(targetKey, row))
+      .join("");
+    return { targetKey, target, source, text };
+  });
+}

@@ -1,0 +1,108 @@
+import { open, stat } from "node:fs/promises";
+import { decodeRowBytes, type LedgerRow } from "./row-codec.js";
+
+/** What a read found: whether the ledger file exists, and its rows in file order. */
+export interface LedgerRead {
+  readonly exists: boolean;
+  readonly rows: readonly LedgerRow[];
+}
+
+interface Entry {
+  readonly ino: number;
+  /** Bytes of the file already parsed into `rows` (complete lines only). */
+  readonly size: number;
+  readonly rows: readonly LedgerRow[];
+}
+
+function isMissing(error: unknown): boolean {
+  return (error as NodeJS.ErrnoException).code === "ENOENT";
+}
+
+/**
+ * Parsed rows of each ledger file read, keyed by capture key.
+ *
+ * Other processes may append to a shared ledger, so every read stats the file: a file that
+ * grew is read from the cached offset on (only its new lines), a replaced or shrunk one again
+ * from the start, a missing one drops its entry.
+ */
+export class RowCache {
+  readonly #entries = new Map<string, Entry>();
+
+  /** How many keys have cached rows. */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** Forgets the rows of `key`. */
+  drop(key: string): void {
+    this.#entries.delete(key);
+  }
+
+  /** The rows of ledger file `file` of capture key `key`. */
+  async read(key: string, file: string): Promise<LedgerRead> {
+    let size: number;
+    let ino: number;
+    try {
+      ({ size, ino } = await stat(file));
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+      this.#entries.delete(key);
+      return { exists: false, rows: [] };
+    }
+    const cached = this.#entries.get(key);
+    const fresh = cached !== undefined && cached.ino === ino && cached.size <= size;
+    if (fresh && cached.size === size) return { exists: true, rows: cached.rows };
+    const from = fresh ? cached.size : 0;
+    const bytes = await readRange(file, from, size);
+    if (bytes === null) {
+      this.#entries.delete(key);
+      return { exists: false, rows: [] };
+    }
+    const { rows, used } = decodeRowBytes(key, bytes);
+    const entry = { ino, size: from + used, rows: fresh ? [...cached.rows, ...rows] : rows };
+    this.#entries.set(key, entry);
+    return { exists: true, rows: entry.rows };
+  }
+
+  /**
+   * Records a row this process appended as one line of `lineBytes` bytes, leaving the file
+   * `sizeAfter` bytes long. When the file is not exactly the cached bytes plus that line (another
+   * process appended too), the entry is dropped and the next read parses the file again.
+   */
+  appended(key: string, ino: number, sizeAfter: number, lineBytes: number, row: LedgerRow): void {
+    const cached = this.#entries.get(key) ?? { ino, size: 0, rows: [] };
+    if (cached.ino === ino && cached.size + lineBytes === sizeAfter) {
+      this.#entries.set(key, { ino, size: sizeAfter, rows: [...cached.rows, row] });
+    } else {
+      this.#entries.delete(key);
+    }
+  }
+}
+
+/** Bytes `[from, to)` of `file`, fewer when it shrank meanwhile; null when it vanished. */
+async function readRange(file: string, from: number, to: number): Promise<Buffer | null> {
+  let handle;
+  try {
+    handle = await open(file, "r");
+  } catch (error) {
+    if (isMissing(error)) return null;
+    throw error;
+  }
+  try {
+    const buffer = Buffer.alloc(to - from);
+    let filled = 0;
+    while (filled < buffer.length) {
+      const { bytesRead } = await handle.read(
+        buffer,
+        filled,
+        buffer.length - filled,
+        from + filled,
+      );
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+    }
+    return buffer.subarray(0, filled);
+  } finally {
+    await handle.close();
+  }
+}

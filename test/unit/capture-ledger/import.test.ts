@@ -1,0 +1,225 @@
+/**
+ * Restore import (policy-model spec §6.3 steps 6, 7 and 10): stamping, clearing what dead
+ * executions left for the target attempt and later ones of the same rollout only, writing
+ * exactly the checkpointed rows, retiring the source attempts, and restoring the same
+ * checkpoint again. Fsync and listing counts are in `durability.test.ts`.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  InvalidLedgerKeyError,
+  InvalidLedgerRowError,
+  LedgerImportError,
+  RolloutRetiredError,
+} from "../../../sdk/src/capture/ledger/errors.js";
+import type { LedgerImport } from "../../../sdk/src/capture/ledger/capture-ledger.js";
+import {
+  custodyRow,
+  ledgerAt,
+  listDir,
+  makeTempDir,
+  plant,
+  rejectsWith,
+  removeTempDir,
+} from "./helpers.js";
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await makeTempDir();
+});
+
+afterEach(async () => {
+  await removeTempDir(dir);
+});
+
+/** What a dead execution of rollout `r` (and of look-alike rollouts) left behind. */
+async function plantDeadExecution(): Promise<void> {
+  const dead = ledgerAt(dir);
+  await dead.record("r", custodyRow("c0", "r"));
+  await dead.record("r-a1", custodyRow("dead-1", "r-a1"));
+  await dead.markStarted("r-a1");
+  await dead.record("r-a2", custodyRow("dead-2", "r-a2"));
+  await plant(dir, "r-a2.tokens.jsonl", "{}\n");
+  await plant(dir, "r-a2.tokens.incomplete", "x\n");
+  await dead.retire(["r-a3"]);
+  await dead.record("r1-a2", custodyRow("other", "r1-a2"));
+  await dead.record("r-a1x-a3", custodyRow("look-alike", "r-a1x-a3"));
+  await plant(dir, "r1-a2.tokens.jsonl");
+  await plant(dir, "r-a1x.lineage.retired");
+}
+
+const checkpointed = [custodyRow("c0", "r"), { model_call_id: "c9", failure_reason: "x" }];
+
+describe("importRecords", () => {
+  it("clears attempts T and later of the target's rollout, fences included, and nothing else", async () => {
+    await plantDeadExecution();
+    const ledger = ledgerAt(dir);
+
+    const result = await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: checkpointed },
+    ]);
+
+    expect(result.imported).toEqual(["r-a1"]);
+    expect(result.cleared).toEqual([
+      "r-a1.lineage.jsonl",
+      "r-a1.lineage.started",
+      "r-a2.lineage.jsonl",
+      "r-a2.tokens.incomplete",
+      "r-a2.tokens.jsonl",
+      "r-a3.lineage.retired",
+    ]);
+    expect(await listDir(dir)).toEqual([
+      "r-a1.lineage.jsonl",
+      "r-a1x-a3.lineage.jsonl",
+      "r-a1x.lineage.retired",
+      "r.lineage.retired",
+      "r1-a2.lineage.jsonl",
+      "r1-a2.tokens.jsonl",
+    ]);
+    expect(await ledger.exportRows("r-a2", new Set())).toEqual([]);
+    expect((await ledger.rows("r1-a2")).map((row) => row.model_call_id)).toEqual(["other"]);
+    expect((await ledger.rows("r-a1x-a3")).map((row) => row.model_call_id)).toEqual(["look-alike"]);
+  });
+
+  it("writes exactly the record's rows, stamped with the source key", async () => {
+    const ledger = ledgerAt(dir);
+    const rows = [
+      custodyRow("c1", "r-a1"),
+      custodyRow("c0", "r", { capture_key: "r" }),
+      { model_call_id: "c2", failure_reason: "worker_capture_failed" },
+    ];
+
+    await ledger.importRecords([{ targetKey: "r-a2", sourceKey: "r-a1", rows }]);
+
+    expect(await ledger.rows("r-a2")).toEqual([
+      { ...rows[0], capture_key: "r-a1" },
+      rows[1],
+      rows[2],
+    ]);
+    const manifest = await ledger.manifest("r-a2");
+    expect(manifest.records.map((record) => record.capture_key)).toEqual(["r-a1", "r"]);
+    expect(manifest.failures.map((failure) => failure.model_call_id)).toEqual(["c2"]);
+  });
+
+  it("retires attempts 0..N of the source and not the target", async () => {
+    const ledger = ledgerAt(dir);
+    for (const key of ["r", "r-a1", "r-a2"]) await ledger.record(key, custodyRow("c", key));
+
+    const result = await ledger.importRecords([
+      { targetKey: "r-a3", sourceKey: "r-a2", rows: checkpointed },
+    ]);
+
+    expect(result.retired).toEqual({ removed: ["r", "r-a1", "r-a2"], absent: [] });
+    for (const key of ["r", "r-a1", "r-a2"]) {
+      await rejectsWith(ledger.hasRows(key), RolloutRetiredError);
+    }
+    expect(await ledger.hasRows("r-a3")).toBe(true);
+    expect(await ledger.record("r-a3", custodyRow("c10", "r-a3"))).toBe("appended");
+  });
+
+  it("clears a target the checkpoint holds no rows for, writing no ledger", async () => {
+    await plantDeadExecution();
+    const ledger = ledgerAt(dir);
+
+    await ledger.importRecords([{ targetKey: "r-a1", sourceKey: "r", rows: [] }]);
+
+    expect((await listDir(dir)).filter((name) => /^r(-a\d+)?\./.test(name))).toEqual([
+      "r.lineage.retired",
+    ]);
+    expect(await ledger.hasRows("r-a1")).toBe(false);
+  });
+
+  it("restoring the same checkpoint again yields exactly the checkpointed rows", async () => {
+    const first = ledgerAt(dir);
+    await first.record("r", custodyRow("c0", "r"));
+    const records: LedgerImport[] = [
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ];
+    await first.importRecords(records);
+    // The replacement attempt makes calls, starts, and Gym crashes before the next checkpoint.
+    await first.markStarted("r-a1");
+    await first.record("r-a1", custodyRow("c1", "r-a1"));
+    expect(await first.rows("r-a1")).toHaveLength(2);
+
+    const second = ledgerAt(dir);
+    await second.importRecords(records);
+
+    expect(await second.rows("r-a1")).toEqual([{ ...custodyRow("c0", "r"), capture_key: "r" }]);
+    expect(await second.isStarted("r-a1")).toBe(false);
+    expect(await first.rows("r-a1")).toEqual(await second.rows("r-a1"));
+  });
+
+  it("drops cached rows of the keys it rewrites", async () => {
+    const ledger = ledgerAt(dir);
+    await ledger.record("r-a1", custodyRow("dead", "r-a1"));
+    await ledger.record("r-a2", custodyRow("dead", "r-a2"));
+    expect(ledger.cachedKeyCount).toBe(2);
+
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r"), custodyRow("c1", "r")] },
+    ]);
+
+    expect(ledger.cachedKeyCount).toBe(0);
+    expect((await ledger.rows("r-a1")).map((row) => row.model_call_id)).toEqual(["c0", "c1"]);
+  });
+
+  it("imports many targets in one batch", async () => {
+    const ledger = ledgerAt(dir);
+    const targets = Array.from({ length: 40 }, (_, i) => ({
+      targetKey: `t${i}-a1`,
+      sourceKey: `t${i}`,
+      rows: [custodyRow("c0", `t${i}`)],
+    }));
+
+    const result = await ledger.importRecords(targets);
+
+    expect(result.imported).toEqual(targets.map((target) => target.targetKey));
+    expect(result.retired.absent).toHaveLength(40);
+    for (const target of targets) expect(await ledger.hasRows(target.targetKey)).toBe(true);
+  });
+
+  it("an empty batch touches nothing", async () => {
+    expect(await ledgerAt(dir).importRecords([])).toEqual({
+      imported: [],
+      cleared: [],
+      retired: { removed: [], absent: [] },
+    });
+    expect(await listDir(dir)).toEqual([]);
+  });
+});
+
+describe("importRecords validates the whole batch before touching a file", () => {
+  const good = { targetKey: "q-a1", sourceKey: "q", rows: [custodyRow("c0", "q")] };
+
+  it.each([
+    [{ targetKey: "r-a1", sourceKey: "../r", rows: [] }, InvalidLedgerKeyError],
+    [{ targetKey: "r-a1-a2", sourceKey: "r", rows: [] }, InvalidLedgerKeyError],
+    [{ targetKey: "s-a1", sourceKey: "r", rows: [] }, LedgerImportError],
+    [{ targetKey: "r-a1", sourceKey: "r-a1", rows: [] }, LedgerImportError],
+    [{ targetKey: "r", sourceKey: "r-a1", rows: [] }, LedgerImportError],
+    [
+      { targetKey: "r-a1", sourceKey: "r", rows: [{ model_call_id: "c", x: NaN }] },
+      InvalidLedgerRowError,
+    ],
+    [{ targetKey: "r-a1", sourceKey: "r", rows: [{ nope: 1 }] }, InvalidLedgerRowError],
+  ] as const)("refuses %j", async (bad, type) => {
+    await plantDeadExecution();
+    const before = await listDir(dir);
+
+    await rejectsWith(ledgerAt(dir).importRecords([good, bad as never]), type);
+
+    expect(await listDir(dir)).toEqual(before);
+  });
+
+  it("refuses two targets of one rollout", async () => {
+    const ledger = ledgerAt(dir);
+    await rejectsWith(
+      ledger.importRecords([
+        { targetKey: "r-a1", sourceKey: "r", rows: [] },
+        { targetKey: "r-a3", sourceKey: "r-a2", rows: [] },
+      ]),
+      LedgerImportError,
+    );
+    expect(await listDir(dir)).toEqual([]);
+  });
+});

@@ -1,0 +1,159 @@
+/** GenerationCutContinuation, the cut record, EpisodeCut and the output budget (contract §7). */
+import { describe, expect, it } from "vitest";
+import {
+  EpisodeCutSchema,
+  GenerationCutContinuationSchema,
+  GenerationCutRecordSchema,
+  generationCutRecordFromAck,
+  remainingOutputLimit,
+  type GenerationCutContinuation,
+} from "../../../sdk/src/capture/continuation.js";
+import { conversationDigest } from "../../../sdk/src/capture/fingerprints.js";
+import {
+  GenerationCutPrefixAckSchema,
+  generationCutFailureAck,
+} from "../../../sdk/src/capture/generation-cut.js";
+import { expectReason, hex } from "./helpers.js";
+
+const continuation = {
+  source_capture_key: "r",
+  source_model_call_id: "c1",
+  staging_keys: ["__generation_cut__/r/c1"],
+  prefix_token_count: 5,
+  prefix_digest: hex("cd"),
+  effective_output_limit: 1024,
+};
+
+describe("GenerationCutContinuationSchema", () => {
+  it("accepts a continuation and fills the defaults", () => {
+    expect(GenerationCutContinuationSchema.parse(continuation)).toEqual({
+      ...continuation,
+      schema_version: 2,
+      terminal_finish_reason: null,
+      terminal_stop_reason: null,
+    });
+  });
+
+  it.each<[string, Record<string, unknown>]>([
+    ["no staging keys", { staging_keys: [] }],
+    ["a repeated staging key", { staging_keys: ["k", "k"] }],
+    ["an empty staging key", { staging_keys: [""] }],
+    ["a stop reason without a finish reason", { terminal_stop_reason: "</s>" }],
+    ["a negative prefix token count", { prefix_token_count: -1 }],
+    ["an output limit of 0", { effective_output_limit: 0 }],
+    ["a prefix digest that is not a digest", { prefix_digest: "cd" }],
+    ["an unknown finish reason", { terminal_finish_reason: "tool_calls" }],
+    ["an empty source capture key", { source_capture_key: "" }],
+    ["an unknown field", { digest: hex("cd") }],
+  ])("refuses %s", (_name, overrides) => {
+    expect(
+      GenerationCutContinuationSchema.safeParse({ ...continuation, ...overrides }).success,
+    ).toBe(false);
+  });
+
+  it("accepts a stop token ID or string with a finish reason", () => {
+    for (const reason of ["</s>", 2]) {
+      const value = {
+        ...continuation,
+        terminal_finish_reason: "stop",
+        terminal_stop_reason: reason,
+      };
+      expect(GenerationCutContinuationSchema.safeParse(value).success).toBe(true);
+    }
+  });
+});
+
+describe("remainingOutputLimit", () => {
+  const parsed = (overrides: Partial<GenerationCutContinuation> = {}) => ({
+    ...GenerationCutContinuationSchema.parse(continuation),
+    ...overrides,
+  });
+
+  it("subtracts the generated prefix from the original budget", () => {
+    expect(remainingOutputLimit(parsed())).toBe(1019);
+  });
+
+  it("never goes below zero", () => {
+    expect(remainingOutputLimit(parsed({ prefix_token_count: 2000 }))).toBe(0);
+  });
+
+  it("is zero for a cut that captured a finished generation", () => {
+    expect(remainingOutputLimit(parsed({ terminal_finish_reason: "length" }))).toBe(0);
+  });
+});
+
+describe("GenerationCutRecordSchema and EpisodeCutSchema", () => {
+  const record = { model_call_id: "c1", request_digest: hex("ee"), continuation };
+
+  it("accept a cut record and default admitted_at to 0", () => {
+    expect(GenerationCutRecordSchema.safeParse(record).success).toBe(true);
+    expect(EpisodeCutSchema.parse({ capture_key: "r", record }).admitted_at).toBe(0);
+  });
+
+  it("refuse unknown fields", () => {
+    expect(GenerationCutRecordSchema.safeParse({ ...record, x: 1 }).success).toBe(false);
+    expect(EpisodeCutSchema.safeParse({ capture_key: "r", record, x: 1 }).success).toBe(false);
+  });
+});
+
+describe("generationCutRecordFromAck", () => {
+  const prefix = {
+    ticket_id: "t1",
+    rollout_id: "r",
+    attempt: 0,
+    model_call_id: "c1",
+    admitted_at: 5,
+  };
+  const items = [{ role: "user", content: "hi" }];
+
+  it("builds the record from a durable prefix ack and the request items", () => {
+    const ack = GenerationCutPrefixAckSchema.parse({
+      ...prefix,
+      disposition: "durable_prefix",
+      cut_kind: "active_prefix",
+      frozen_buffer_id: "buf-1",
+      staging_keys: ["__generation_cut__/r/c1"],
+      prefix_token_count: 5,
+      prefix_digest: hex("cd"),
+      effective_output_limit: 1024,
+      terminal_finish_reason: "stop",
+      terminal_stop_reason: 2,
+    });
+    expect(generationCutRecordFromAck(ack, { captureKey: "r", requestItems: items })).toEqual({
+      model_call_id: "c1",
+      request_digest: conversationDigest(items),
+      continuation: {
+        ...continuation,
+        schema_version: 2,
+        terminal_finish_reason: "stop",
+        terminal_stop_reason: 2,
+      },
+    });
+  });
+
+  it("digests missing request items as an empty conversation", () => {
+    const ack = GenerationCutPrefixAckSchema.parse({
+      ...prefix,
+      disposition: "durable_prefix",
+      cut_kind: "active_prefix",
+      frozen_buffer_id: "buf-1",
+      staging_keys: ["k"],
+      prefix_token_count: 0,
+      prefix_digest: hex("cd"),
+      effective_output_limit: 1,
+    });
+    const record = generationCutRecordFromAck(ack, { captureKey: "r", requestItems: null });
+    expect(record.request_digest).toBe(conversationDigest([]));
+  });
+
+  it("refuses a failure ack", () => {
+    expectReason(
+      () =>
+        generationCutRecordFromAck(generationCutFailureAck(prefix), {
+          captureKey: "r",
+          requestItems: items,
+        }),
+      "not_durable_prefix",
+    );
+  });
+});

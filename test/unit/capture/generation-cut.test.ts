@@ -1,0 +1,286 @@
+/** Generation-cut wire models and the receipt-versus-inventory check (contract §7.7). */
+import { createHash } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import {
+  GenerationCutInventorySchema,
+  GenerationCutPrefixAckSchema,
+  GenerationCutPrefixSchema,
+  GenerationCutReceiptSchema,
+  buildGenerationCutInventory,
+  generationCutFailureAck,
+  inventoryDigest,
+  validateReceiptFor,
+  type GenerationCutInventory,
+  type GenerationCutPrefix,
+  type GenerationCutReceipt,
+} from "../../../sdk/src/capture/generation-cut.js";
+import { expectReason, hex } from "./helpers.js";
+
+const t2: GenerationCutPrefix = {
+  ticket_id: "t2",
+  rollout_id: "r",
+  attempt: 1,
+  model_call_id: "c2",
+  admitted_at: 1700000000,
+};
+const t10: GenerationCutPrefix = {
+  ticket_id: "t10",
+  rollout_id: "r",
+  attempt: 0,
+  model_call_id: "c1",
+  admitted_at: 0.00001,
+};
+
+function inventory(): GenerationCutInventory {
+  return buildGenerationCutInventory({
+    checkpoint_id: "ckpt-1",
+    server_name: "policé",
+    active_prefixes: [t2, t10],
+  });
+}
+
+describe("inventory_digest", () => {
+  it("hashes Python's sorted-key, compact, ASCII-escaped JSON with float admitted_at", () => {
+    // json.dumps(payload, sort_keys=True, separators=(",", ":")), written out by hand: keys
+    // sorted at every level, 1e-05 and 1700000000.0 as Python floats, é as \u00e9.
+    const text =
+      '{"active_prefixes":[' +
+      '{"admitted_at":1e-05,"attempt":0,"model_call_id":"c1","rollout_id":"r","ticket_id":"t10"},' +
+      '{"admitted_at":1700000000.0,"attempt":1,"model_call_id":"c2","rollout_id":"r","ticket_id":"t2"}' +
+      '],"checkpoint_id":"ckpt-1","server_name":"polic\\u00e9"}';
+    const expected = createHash("sha256").update(text, "utf8").digest("hex");
+    expect(inventory().inventory_digest).toBe(expected);
+    expect(expected).toBe("705599ad98c544291371ad437764e35621f1eb58b317e4fe8ef8d7ee2e39b9d0");
+  });
+
+  it("orders the prefixes by ticket_id as strings (t10 before t2)", () => {
+    expect(inventory().active_prefixes.map((p) => p.ticket_id)).toEqual(["t10", "t2"]);
+  });
+
+  it("depends on the prefix order it is given", () => {
+    const fields = { checkpoint_id: "c", server_name: "s" };
+    expect(inventoryDigest({ ...fields, active_prefixes: [t2, t10] })).not.toBe(
+      inventoryDigest({ ...fields, active_prefixes: [t10, t2] }),
+    );
+  });
+
+  it("digests an empty inventory", () => {
+    const text = '{"active_prefixes":[],"checkpoint_id":"c","server_name":"s"}';
+    expect(
+      buildGenerationCutInventory({ checkpoint_id: "c", server_name: "s", active_prefixes: [] })
+        .inventory_digest,
+    ).toBe(createHash("sha256").update(text).digest("hex"));
+  });
+
+  it("refuses an invalid prefix", () => {
+    expectReason(
+      () =>
+        buildGenerationCutInventory({
+          checkpoint_id: "c",
+          server_name: "s",
+          active_prefixes: [{ ...t2, rollout_id: "-r" }],
+        }),
+      "invalid_wire_value",
+    );
+  });
+});
+
+describe("GenerationCutPrefixSchema and GenerationCutInventorySchema", () => {
+  it.each<[string, Record<string, unknown>]>([
+    ["an empty ticket ID", { ticket_id: "" }],
+    ["a rollout ID outside the ID pattern", { rollout_id: ".r" }],
+    ["a negative attempt", { attempt: -1 }],
+    ["an empty model call ID", { model_call_id: "" }],
+    ["admitted_at as a string", { admitted_at: "1" }],
+    ["an unknown field", { capture_key: "r" }],
+  ])("a prefix refuses %s", (_name, overrides) => {
+    expect(GenerationCutPrefixSchema.safeParse({ ...t2, ...overrides }).success).toBe(false);
+  });
+
+  it("an inventory refuses unknown fields and a malformed digest", () => {
+    const wire = JSON.parse(JSON.stringify(inventory()));
+    expect(GenerationCutInventorySchema.safeParse(wire).success).toBe(true);
+    expect(GenerationCutInventorySchema.safeParse({ ...wire, x: 1 }).success).toBe(false);
+    expect(
+      GenerationCutInventorySchema.safeParse({ ...wire, inventory_digest: "ab" }).success,
+    ).toBe(false);
+  });
+});
+
+const evidence = {
+  cut_kind: "active_prefix",
+  frozen_buffer_id: "buf-1",
+  staging_keys: ["__generation_cut__/r/c2"],
+  prefix_token_count: 3,
+  prefix_digest: hex("cd"),
+  effective_output_limit: 64,
+};
+
+function ack(prefix: GenerationCutPrefix, extra: Record<string, unknown> = evidence) {
+  return GenerationCutPrefixAckSchema.parse({ ...prefix, disposition: "durable_prefix", ...extra });
+}
+
+describe("GenerationCutPrefixAckSchema", () => {
+  it("accepts a durable prefix with all its evidence", () => {
+    expect(ack(t2).staging_keys).toEqual(["__generation_cut__/r/c2"]);
+  });
+
+  it.each([
+    "cut_kind",
+    "frozen_buffer_id",
+    "prefix_token_count",
+    "prefix_digest",
+    "effective_output_limit",
+  ])("a durable prefix requires %s", (field) => {
+    const value = { ...t2, disposition: "durable_prefix", ...evidence, [field]: null };
+    expect(GenerationCutPrefixAckSchema.safeParse(value).success).toBe(false);
+  });
+
+  it("a durable prefix requires staging keys", () => {
+    const value = { ...t2, disposition: "durable_prefix", ...evidence, staging_keys: [] };
+    expect(GenerationCutPrefixAckSchema.safeParse(value).success).toBe(false);
+  });
+
+  it.each(Object.entries(evidence))("a durable failure cannot carry %s", (field, value) => {
+    const failure = { ...t2, disposition: "durable_failure", [field]: value };
+    expect(GenerationCutPrefixAckSchema.safeParse(failure).success).toBe(false);
+  });
+
+  it("a stop reason requires a finish reason", () => {
+    const value = { ...t2, disposition: "durable_prefix", ...evidence, terminal_stop_reason: 2 };
+    expect(GenerationCutPrefixAckSchema.safeParse(value).success).toBe(false);
+    expect(
+      GenerationCutPrefixAckSchema.safeParse({ ...value, terminal_finish_reason: "stop" }).success,
+    ).toBe(true);
+  });
+
+  it("staging keys must be unique", () => {
+    const value = { ...t2, disposition: "durable_prefix", ...evidence, staging_keys: ["k", "k"] };
+    expect(GenerationCutPrefixAckSchema.safeParse(value).success).toBe(false);
+  });
+
+  it("refuses an unknown disposition, cut kind and field", () => {
+    for (const extra of [{ disposition: "lost" }, { cut_kind: "partial" }, { note: 1 }]) {
+      expect(
+        GenerationCutPrefixAckSchema.safeParse({
+          ...t2,
+          disposition: "durable_prefix",
+          ...evidence,
+          ...extra,
+        }).success,
+      ).toBe(false);
+    }
+  });
+
+  it("the failure ack copies the identity and carries no evidence", () => {
+    expect(generationCutFailureAck(t2)).toEqual({
+      ...t2,
+      disposition: "durable_failure",
+      cut_kind: null,
+      frozen_buffer_id: null,
+      staging_keys: [],
+      prefix_token_count: null,
+      prefix_digest: null,
+      effective_output_limit: null,
+      terminal_finish_reason: null,
+      terminal_stop_reason: null,
+    });
+  });
+});
+
+function receipt(inv: GenerationCutInventory, overrides: Partial<GenerationCutReceipt> = {}) {
+  return GenerationCutReceiptSchema.parse(
+    JSON.parse(
+      JSON.stringify({
+        checkpoint_id: inv.checkpoint_id,
+        cut_id: "cut-1",
+        inventory_digest: inv.inventory_digest,
+        inventory: inv,
+        backend_snapshot_id: "snap-1",
+        prefixes: [ack(t10), generationCutFailureAck(t2)],
+        ...overrides,
+      }),
+    ),
+  );
+}
+
+describe("validateReceiptFor", () => {
+  it("accepts an exact, complete answer in any ack order", () => {
+    const inv = inventory();
+    expect(() => validateReceiptFor(receipt(inv), inv)).not.toThrow();
+    const reversed = receipt(inv, { prefixes: [generationCutFailureAck(t2), ack(t10)] });
+    expect(() => validateReceiptFor(reversed, inv)).not.toThrow();
+  });
+
+  it("refuses a receipt echoing another inventory", () => {
+    const inv = inventory();
+    const other = buildGenerationCutInventory({
+      checkpoint_id: "ckpt-1",
+      server_name: "policé",
+      active_prefixes: [t10, { ...t2, admitted_at: 1700000001 }],
+    });
+    expectReason(() => validateReceiptFor(receipt(other), inv), "receipt_inventory_mismatch");
+  });
+
+  it("refuses an echoed inventory that differs from the one sent, even with the same digest", () => {
+    const inv = inventory();
+    const tampered = { ...inv, server_name: "other" };
+    expectReason(
+      () => validateReceiptFor(receipt(inv, { inventory: tampered }), inv),
+      "receipt_inventory_mismatch",
+    );
+  });
+
+  it("refuses a receipt whose own inventory_digest differs", () => {
+    const inv = inventory();
+    expectReason(
+      () => validateReceiptFor(receipt(inv, { inventory_digest: hex("00") }), inv),
+      "receipt_inventory_mismatch",
+    );
+  });
+
+  it.each<[string, (inv: GenerationCutInventory) => Partial<GenerationCutReceipt>]>([
+    ["a duplicate ack", () => ({ prefixes: [ack(t10), ack(t10), generationCutFailureAck(t2)] })],
+    ["a missing ack", () => ({ prefixes: [ack(t10)] })],
+    [
+      "an extra ack",
+      () => ({
+        prefixes: [
+          ack(t10),
+          generationCutFailureAck(t2),
+          generationCutFailureAck({ ...t2, ticket_id: "t3" }),
+        ],
+      }),
+    ],
+    [
+      "an ack of an unknown ticket instead of a known one",
+      () => ({ prefixes: [ack(t10), generationCutFailureAck({ ...t2, ticket_id: "t3" })] }),
+    ],
+  ])("refuses %s", (_name, overrides) => {
+    const inv = inventory();
+    expectReason(
+      () => validateReceiptFor(receipt(inv, overrides(inv)), inv),
+      "receipt_coverage_mismatch",
+    );
+  });
+
+  it.each<[string, Partial<GenerationCutPrefix>]>([
+    ["rollout_id", { rollout_id: "q" }],
+    ["attempt", { attempt: 2 }],
+    ["model_call_id", { model_call_id: "c9" }],
+    ["admitted_at", { admitted_at: 1700000000.5 }],
+  ])("refuses an ack whose %s differs from its ticket's", (_field, change) => {
+    const inv = inventory();
+    const prefixes = [ack(t10), generationCutFailureAck({ ...t2, ...change })];
+    expectReason(
+      () => validateReceiptFor(receipt(inv, { prefixes }), inv),
+      "receipt_identity_mismatch",
+    );
+  });
+
+  it("the receipt refuses unknown fields", () => {
+    const inv = inventory();
+    const wire = JSON.parse(JSON.stringify(receipt(inv)));
+    expect(GenerationCutReceiptSchema.safeParse({ ...wire, note: 1 }).success).toBe(false);
+  });
+});
