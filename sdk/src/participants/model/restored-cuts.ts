@@ -1,0 +1,79 @@
+/**
+ * Restored generation cuts (spec policy-model §7.5): at most one per replacement attempt's
+ * capture key, claimed by a re-issued call with the same request digest, and consumed only when
+ * that call's response starts, so a call still undelivered at the next checkpoint continues
+ * from it again if its own cut fails.
+ *
+ * @module
+ */
+import type { GenerationCutRecord } from "../../capture/continuation.js";
+import { captureKey, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
+
+/** A generation cut record (the wire model {@link GenerationCutRecord}). */
+export type CutRecord = GenerationCutRecord;
+
+/** A call's claim of a restored cut, settled when the call leaves. */
+export interface CutClaim {
+  readonly key: string;
+  readonly record: CutRecord;
+}
+
+/** The restored cuts of one model server process. */
+export class RestoredCuts {
+  readonly #cuts = new Map<string, CutRecord>();
+
+  /** Holds `record` for the replacement attempt `key` (replacing one held before). */
+  install(key: string, record: CutRecord): void {
+    this.#cuts.set(key, record);
+  }
+
+  /** The cut held for `key`, or undefined. */
+  get(key: string): CutRecord | undefined {
+    return this.#cuts.get(key);
+  }
+
+  /** Sorted keys of the held cuts. */
+  keys(): string[] {
+    return [...this.#cuts.keys()].sort();
+  }
+
+  /** Number of held cuts. */
+  get size(): number {
+    return this.#cuts.size;
+  }
+
+  /** Drops the cut of `key`. */
+  drop(key: string): void {
+    this.#cuts.delete(key);
+  }
+
+  /** Drops the cuts of `episode` and earlier attempts of its rollout. */
+  dropCovered(episode: EpisodeId): void {
+    for (const key of [...this.#cuts.keys()]) {
+      const e = fromCaptureKey(key);
+      if (e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt) {
+        this.#cuts.delete(key);
+      }
+    }
+  }
+
+  /**
+   * Claims the cut of `key` for a call whose request digest is `requestDigest`; the cut stays
+   * held until {@link settle}. Null when none matches.
+   */
+  take(key: string, requestDigest: string): CutClaim | null {
+    const record = this.#cuts.get(key);
+    if (record === undefined || record.request_digest !== requestDigest) return null;
+    return { key, record };
+  }
+
+  /** Settles a claim when its call leaves: consumed only if its response started. */
+  settle(claim: CutClaim, responseStarted: boolean): void {
+    if (responseStarted && this.#cuts.get(claim.key) === claim.record) this.#cuts.delete(claim.key);
+  }
+
+  /** The capture key a record continues from (for diagnostics). */
+  static targetOf(episode: EpisodeId): string {
+    return captureKey(episode);
+  }
+}

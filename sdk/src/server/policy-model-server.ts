@@ -1,0 +1,477 @@
+/**
+ * The base class of policy model servers: an OpenAI-compatible `/v1/responses` in front of an
+ * inference backend speaking chat completions, with the policy gate, the capture ledger and
+ * generation cuts when checkpointing is on.
+ *
+ * @see docs/policy-model.md
+ * @module
+ */
+import { randomUUID } from "node:crypto";
+import type { Request, Response } from "express";
+import { z } from "zod";
+import { CaptureAdmissionSchema, type CaptureAdmissionInput } from "../capture/admission.js";
+import { conversationDigest } from "../capture/fingerprints.js";
+import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
+import { InvalidLedgerKeyError, RolloutRetiredError } from "../capture/ledger/errors.js";
+import { CommitCoordsSchema } from "../capture/records.js";
+import type { Participant } from "../control/participant.js";
+import { ConfigError, DetailError, EpisodeError } from "../errors.js";
+import type { EpisodeId } from "../identity/episode-id.js";
+import type { Ticket } from "../participants/model/policy-gate.js";
+import { PolicyParticipant } from "../participants/model/policy-participant.js";
+import type { CutClaim } from "../participants/model/restored-cuts.js";
+import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
+import { custodyRow, resolveLineage } from "./model/capture-lineage.js";
+import { restartReason } from "./model/constrained-decoding.js";
+import { CutRequester } from "./model/cut-round.js";
+import {
+  chatRequestOf,
+  inputItems,
+  outputItems,
+  responseOf,
+  type ChatCompletionLike,
+} from "./model/responses-chat.js";
+import { ResponsesCreateRequestSchema } from "./agent/agent-wire.js";
+import { Server, type ServerOptions } from "./server.js";
+
+/** The `config:` of a policy model server. */
+export const PolicyModelConfigSchema = z
+  .strictObject({
+    /** The deployment server (usually `kind: backend`) whose chat completions generate. */
+    backend_server: z.string().nullable().default(null),
+    /** Or the backend's OpenAI base URL directly (e.g. `http://127.0.0.1:8000/v1`). */
+    backend_url: z.string().nullable().default(null),
+    /** The model name sent to the backend when the request names none. */
+    model: z.string().min(1).default("policy"),
+    /** This server is the policy participant (gate, ledger). @default true */
+    checkpoint_policy: z.boolean().default(true),
+    /** Cut undelivered generations at prepare. @default false */
+    checkpoint_generation_cuts: z.boolean().default(false),
+    /** Control root per backend base URL, for backends serving cuts elsewhere. */
+    generation_cut_control_url: z.record(z.string(), z.string()).nullable().default(null),
+    /** The capture ledger directory; null: token capture off. */
+    capture_dir: z.string().min(1).nullable().default(null),
+    /** Bearer token of the ledger control routes. @default $GYM_CAPTURE_CONTROL_TOKEN */
+    capture_control_token: z.string().min(1).nullable().default(null),
+  })
+  .meta({ id: "PolicyModelConfig" });
+/** The settings of a policy model server. */
+export type PolicyModelConfig = z.infer<typeof PolicyModelConfigSchema>;
+
+const LedgerBatchSchema = z
+  .strictObject({ rollout_ids: z.array(z.string()).min(1).max(4096) })
+  .meta({ id: "LedgerBatch" });
+
+/** The prefix of the ledger control routes. */
+export const LEDGER_CONTROL_PREFIX = "/training-token-capture/control";
+
+/**
+ * A policy model server: `POST /v1/responses` (JSON or `stream: true` server-sent events)
+ * answered by the configured backend's chat completions. With checkpointing on and
+ * `checkpoint_policy`, every generation passes the policy gate; with `capture_dir`, every
+ * call under a rollout prefix is captured (its worker stages the tokens; the ledger records
+ * where); with `checkpoint_generation_cuts`, prepare cuts undelivered generations.
+ *
+ * Subclasses may override {@link generate} to reach a backend that does not speak chat
+ * completions.
+ *
+ * @see docs/policy-model.md
+ */
+export class PolicyModelServer extends Server {
+  #participant: PolicyParticipant | null = null;
+  #ledger: CaptureLedger | null = null;
+  #cuts: CutRequester | null = null;
+  #checkpointId = "";
+
+  constructor(options: ServerOptions) {
+    super(options);
+  }
+
+  protected override configSchema(): z.ZodType {
+    return PolicyModelConfigSchema;
+  }
+
+  /** The validated settings. */
+  protected get modelConfig(): PolicyModelConfig {
+    return this.config as PolicyModelConfig;
+  }
+
+  /** The policy participant, once the app is built with checkpointing on. */
+  get policyParticipant(): PolicyParticipant | null {
+    this.app();
+    return this.#participant;
+  }
+
+  /** The capture ledger, or null when token capture is off. */
+  get ledger(): CaptureLedger | null {
+    this.app();
+    return this.#ledger;
+  }
+
+  /** The backend's OpenAI base URL. */
+  protected backendUrl(): string {
+    const config = this.modelConfig;
+    if (config.backend_url !== null) return config.backend_url.replace(/\/+$/, "");
+    if (config.backend_server !== null) {
+      const server = this.deployment.servers[config.backend_server];
+      if (server === undefined) {
+        throw new ConfigError(
+          `server ${this.name}: backend_server ${config.backend_server} is not in the deployment`,
+        );
+      }
+      return `${server.url.replace(/\/+$/, "")}/v1`;
+    }
+    throw new ConfigError(`server ${this.name}: set backend_server or backend_url`);
+  }
+
+  protected override createParticipant(): Participant | null {
+    const config = this.modelConfig;
+    if (config.capture_dir !== null) {
+      this.#ledger = new CaptureLedger(config.capture_dir, { logger: this.logger });
+    }
+    if (!config.checkpoint_policy) return null;
+    if (config.checkpoint_generation_cuts) {
+      this.#cuts = new CutRequester({
+        serverName: this.name,
+        token: this.checkpointSettings.control_auth_token ?? "",
+        checkpointId: () => this.#checkpointId,
+        controlUrls: config.generation_cut_control_url,
+        logger: this.logger,
+      });
+    }
+    const cuts = this.#cuts;
+    this.#participant = new PolicyParticipant({
+      ledger: this.#ledger,
+      cutRound: cuts === null ? null : (tickets, deadline) => cuts.run(tickets, deadline),
+      onCheckpoint: (id) => {
+        this.#checkpointId = id;
+      },
+    });
+    return this.#participant as unknown as Participant;
+  }
+
+  protected override routes(): readonly DataRoute[] {
+    const routes: DataRoute[] = [
+      dataRoute({
+        method: "post",
+        path: "/v1/responses",
+        summary: "Create a response (OpenAI Responses API)",
+        description:
+          "Also served under /ng-rollout/{capture_key}/ and /ng-rollout/{capture_key}/training-token-capture/. " +
+          "With checkpointing on, a call waits while a checkpoint is open and its response is held until resume.",
+        request: ResponsesCreateRequestSchema,
+        errors: ["invalid_rollout_id", "stale_attempt"],
+        rolloutPrefixed: true,
+        tag: "model",
+        handler: (input) => this.#responses(input),
+      }),
+    ];
+    const ledgerRoutes = this.#ledgerRoutes();
+    return [...routes, ...ledgerRoutes];
+  }
+
+  /**
+   * Generates one chat completion on the backend; `body` carries `ng_capture` when the call
+   * is captured, and the reply's `ng_commit_coords` say where the worker staged its tokens.
+   */
+  protected async generate(input: {
+    readonly body: Record<string, unknown>;
+    readonly signal: AbortSignal;
+  }): Promise<ChatCompletionLike & { ng_commit_coords?: unknown }> {
+    const url = new URL(`${this.backendUrl()}/chat/completions`);
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(input.body),
+      signal: input.signal,
+    });
+    const text = await response.text();
+    if (!response.ok) {
+      throw new BackendError(response.status, text.slice(0, 500));
+    }
+    return JSON.parse(text) as ChatCompletionLike & { ng_commit_coords?: unknown };
+  }
+
+  async #responses(
+    input: RouteInput<z.infer<typeof ResponsesCreateRequestSchema>>,
+  ): Promise<unknown> {
+    const { body, req, res, signal } = input;
+    const rollout = input.rollout;
+    const episode: EpisodeId | null = rollout?.episodeId ?? null;
+    const participant = this.#participant;
+    const captured = this.#ledger !== null && rollout !== null;
+    if (body.stream === true && captured) {
+      throw new DetailError(422, "worker-owned token capture does not support streaming requests");
+    }
+    const ticket = participant === null ? null : await participant.gate.admit(episode, signal);
+    let claim: CutClaim | null = null;
+    try {
+      const callSignal = ticket?.signal ?? signal;
+      const items = inputItems(body.input);
+      const chat = chatRequestOf(body, this.modelConfig.model);
+      delete chat.stream;
+      if (ticket !== null) ticket.restartReason = restartReason(body);
+      let admission: CaptureAdmissionInput | null = null;
+      const modelCallId = `call_${randomUUID().replaceAll("-", "")}`;
+      if (captured) {
+        const key = rollout.captureKey;
+        const lineage = resolveLineage(key, modelCallId, items, await this.#ledgerRows(key));
+        if (lineage.kind === "unresolved") {
+          await this.#ledger?.recordFailure(key, modelCallId, lineage.reason);
+        } else {
+          admission = lineage.admission;
+          if (ticket !== null) {
+            ticket.capture = { modelCallId, requestItems: items };
+            if (ticket.restartReason === null && participant !== null) {
+              claim = participant.restoredCuts.take(key, conversationDigest(items));
+              if (claim !== null) {
+                admission = { ...admission, generation_cut: claim.record.continuation };
+              }
+            }
+          }
+          chat.ng_capture = CaptureAdmissionSchema.parse(admission);
+        }
+      }
+      if (ticket !== null) ticket.backend = this.backendUrl();
+      if (body.stream === true && !captured) {
+        return await this.#stream(chat, ticket, req, res, callSignal);
+      }
+      const completion = await this.generate({ body: chat, signal: callSignal });
+      const response = responseOf(completion, this.modelConfig.model);
+      const row =
+        admission === null
+          ? null
+          : this.#rowOf(admission, completion.ng_commit_coords, items, response, ticket);
+      if (ticket !== null && participant !== null) await participant.gate.deliver(ticket, signal);
+      if (row !== null && rollout !== null) {
+        await this.#publish(rollout.captureKey, modelCallId, row);
+      }
+      return response;
+    } catch (error) {
+      if (
+        ticket !== null &&
+        ticket.signal.aborted &&
+        ticket.signal.reason instanceof EpisodeError
+      ) {
+        throw ticket.signal.reason;
+      }
+      throw error;
+    } finally {
+      if (claim !== null && participant !== null) {
+        participant.restoredCuts.settle(claim, ticket?.responseStarted ?? false);
+      }
+      if (ticket !== null) participant?.gate.exit(ticket);
+    }
+  }
+
+  /** The custody row (or failure) a captured call leaves, published when its response starts. */
+  #rowOf(
+    admission: CaptureAdmissionInput,
+    rawCoords: unknown,
+    items: readonly unknown[],
+    response: Record<string, unknown>,
+    ticket: Ticket | null,
+  ): { readonly failure: string } | { readonly row: Record<string, unknown> } {
+    if (rawCoords === undefined || rawCoords === null) {
+      return { failure: "worker_response_missing_commit_coordinates" };
+    }
+    const coords = CommitCoordsSchema.safeParse(rawCoords);
+    if (!coords.success) return { failure: "invalid_worker_commit_coordinates" };
+    if (coords.data.disposition !== "staged") return { failure: "worker_capture_failed" };
+    return {
+      row: custodyRow({
+        coords: coords.data,
+        admission,
+        requestItems: items,
+        outputItems: outputItems(response),
+        responseId: String(response.id),
+        admittedAt: ticket?.admittedAt ?? Date.now() / 1000,
+      }),
+    };
+  }
+
+  /**
+   * Writes a delivered call's row; not cut short by a cancellation. A failed write poisons the
+   * call: no answer is sent.
+   */
+  async #publish(
+    key: string,
+    modelCallId: string,
+    outcome: { readonly failure: string } | { readonly row: Record<string, unknown> },
+  ): Promise<void> {
+    const ledger = this.#ledger;
+    if (ledger === null) return;
+    try {
+      if ("row" in outcome) {
+        await ledger.record(key, outcome.row as { model_call_id: string });
+      } else {
+        await ledger.recordFailure(key, modelCallId, outcome.failure);
+      }
+    } catch (error) {
+      this.logger.error({ err: error, key }, "capture ledger write failed; the call is poisoned");
+      throw error;
+    }
+  }
+
+  async #ledgerRows(key: string) {
+    try {
+      return await (this.#ledger as CaptureLedger).rows(key);
+    } catch (error) {
+      if (error instanceof RolloutRetiredError) return [];
+      throw error;
+    }
+  }
+
+  async #stream(
+    chat: Record<string, unknown>,
+    ticket: Ticket | null,
+    _req: Request,
+    res: Response,
+    signal: AbortSignal,
+  ): Promise<undefined> {
+    const url = new URL(`${this.backendUrl()}/chat/completions`);
+    const upstream = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...chat, stream: true }),
+      signal,
+    });
+    if (!upstream.ok || upstream.body === null) {
+      throw new BackendError(upstream.status, (await upstream.text()).slice(0, 500));
+    }
+    const responseId = `resp_${randomUUID().replaceAll("-", "")}`;
+    let text = "";
+    let started = false;
+    const decoder = new TextDecoder();
+    let buffer = "";
+    const start = async (): Promise<void> => {
+      if (started) return;
+      // The first answer data: held while a checkpoint is open, then it starts the response.
+      if (ticket !== null && this.#participant !== null) {
+        await this.#participant.gate.deliver(ticket, signal);
+      }
+      started = true;
+      res.status(200);
+      res.setHeader("content-type", "text/event-stream");
+      res.setHeader("cache-control", "no-cache");
+      res.write(
+        sse("response.created", {
+          type: "response.created",
+          response: { id: responseId, object: "response", status: "in_progress", output: [] },
+        }),
+      );
+    };
+    for await (const chunk of upstream.body) {
+      buffer += decoder.decode(chunk as Uint8Array, { stream: true });
+      for (;;) {
+        const end = buffer.indexOf("\n\n");
+        if (end < 0) break;
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = frame
+          .split("\n")
+          .filter((line) => line.startsWith("data:"))
+          .map((line) => line.slice(5).trim())
+          .join("\n");
+        // Keep-alive comments and empty frames carry no answer: they start nothing.
+        if (data.length === 0 || data === "[DONE]") continue;
+        const delta = (JSON.parse(data) as { choices?: { delta?: { content?: unknown } }[] })
+          .choices?.[0]?.delta?.content;
+        if (typeof delta !== "string" || delta.length === 0) continue;
+        await start();
+        text += delta;
+        res.write(sse("response.output_text.delta", { type: "response.output_text.delta", delta }));
+      }
+    }
+    await start();
+    const response = responseOf(
+      { id: responseId.slice(5), choices: [{ message: { content: text }, finish_reason: "stop" }] },
+      this.modelConfig.model,
+    );
+    res.write(sse("response.completed", { type: "response.completed", response }));
+    res.end();
+    return undefined;
+  }
+
+  #ledgerRoutes(): DataRoute[] {
+    const guard = (req: Request): CaptureLedger => {
+      const token = this.modelConfig.capture_control_token ?? process.env.GYM_CAPTURE_CONTROL_TOKEN;
+      if (token === undefined || req.get("authorization") !== `Bearer ${token}`) {
+        throw new DetailError(401, "missing or wrong capture control bearer token");
+      }
+      const ledger = this.#ledger;
+      if (ledger === null) throw new DetailError(404, "this model server has no capture ledger");
+      return ledger;
+    };
+    const refuseDuringCheckpoint = (): void => {
+      if (this.#participant !== null && !this.#participant.gate.accepting) {
+        throw new DetailError(
+          409,
+          "a checkpoint is open on this model server; retry the ledger operation after it resumes",
+        );
+      }
+    };
+    const batch = (op: "retire" | "delete") =>
+      dataRoute({
+        method: "post",
+        path: `${LEDGER_CONTROL_PREFIX}/rollouts/${op}`,
+        summary: op === "retire" ? "Retire capture ledgers (fenced)" : "Delete capture ledgers",
+        request: LedgerBatchSchema,
+        tag: "capture",
+        handler: async ({ body, req }) => {
+          const ledger = guard(req);
+          refuseDuringCheckpoint();
+          try {
+            return op === "retire"
+              ? await ledger.retire(body.rollout_ids)
+              : await ledger.delete(body.rollout_ids);
+          } catch (error) {
+            if (error instanceof InvalidLedgerKeyError) throw new DetailError(400, error.message);
+            throw error;
+          }
+        },
+      });
+    return [
+      dataRoute({
+        method: "get",
+        path: `${LEDGER_CONTROL_PREFIX}/rollouts/:rollout_id/manifest`,
+        summary: "The capture manifest of one attempt",
+        tag: "capture",
+        handler: async ({ req }) => {
+          const ledger = guard(req);
+          const key = String(req.params.rollout_id);
+          try {
+            const manifest = await ledger.manifest(key);
+            return manifest;
+          } catch (error) {
+            if (error instanceof RolloutRetiredError) throw new DetailError(410, error.message);
+            if (error instanceof InvalidLedgerKeyError) throw new DetailError(400, error.message);
+            throw error;
+          }
+        },
+      }),
+      batch("retire"),
+      batch("delete"),
+    ];
+  }
+
+  override async close(): Promise<void> {
+    await this.#cuts?.close();
+    await super.close();
+  }
+}
+
+/** A backend that answered with an error status. */
+export class BackendError extends Error {
+  override name = "BackendError";
+  constructor(
+    readonly status: number,
+    readonly body: string,
+  ) {
+    super(`the inference backend answered ${status}: ${body}`);
+  }
+}
+
+function sse(event: string, data: unknown): string {
+  return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+}
