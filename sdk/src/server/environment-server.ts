@@ -25,6 +25,7 @@ import {
 import { isRestartReply } from "../participants/environment/checkpoint-headers.js";
 import { EpisodeDeadlineError } from "../steps/episode-errors.js";
 import { deferred } from "../util/deferred.js";
+import { Semaphore } from "../util/semaphore.js";
 import type { JsonValue } from "../wire/json-value.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";
@@ -63,6 +64,10 @@ const MAX_TIMEOUT_S = 2_147_483;
  */
 export const EnvironmentConfigSchema = z
   .strictObject({
+    /** At most this many episodes run at once in this process; null: unlimited. */
+    max_concurrent_episodes: z.number().int().positive().nullable().default(null),
+    /** How long a `/run` waits for an episode slot (required with `max_concurrent_episodes`). */
+    queue_timeout_seconds: z.number().positive().max(MAX_TIMEOUT_S).nullable().default(null),
     /** The episode deadline, from admission to the end of its protocol; null: none. */
     default_episode_timeout_seconds: z
       .number()
@@ -73,6 +78,13 @@ export const EnvironmentConfigSchema = z
     /** The one total budget of an episode's final cleanup. */
     cleanup_timeout_seconds: z.number().positive().max(MAX_TIMEOUT_S),
   })
+  .refine(
+    (config) => config.max_concurrent_episodes === null || config.queue_timeout_seconds !== null,
+    {
+      path: ["queue_timeout_seconds"],
+      message: "queue_timeout_seconds is required when max_concurrent_episodes is set",
+    },
+  )
   .meta({ id: "EnvironmentConfig" });
 /** The base environment server settings. */
 export type EnvironmentConfig = z.infer<typeof EnvironmentConfigSchema>;
@@ -158,6 +170,7 @@ export abstract class EnvironmentServer extends Server {
 
   readonly checkpointBoundaries: boolean;
   #participant: EnvironmentParticipant | null = null;
+  #semaphore: Semaphore | null = null;
 
   constructor(options: ServerOptions) {
     super(options);
@@ -275,6 +288,44 @@ export abstract class EnvironmentServer extends Server {
 
   async #run(body: RunRequest, requestSignal: AbortSignal): Promise<RunReply | null> {
     const episode = episodeOfBody(body);
+    const slots = this.#slots();
+    if (slots !== null) {
+      const timeoutS = (this.config as EnvironmentConfig).queue_timeout_seconds;
+      const got = await slots.acquire(timeoutS === null ? null : timeoutS * 1000, requestSignal);
+      if (!got) {
+        // No checkpoint state touched and no downstream call made (spec environment §6.1).
+        return {
+          episode_id: episodeIdToWire(episode),
+          task_id: body.task.task_id,
+          result: null,
+          failure: {
+            failure_reason: "Episode admission timed out",
+            terminal: false,
+            stage: "admission",
+          },
+        };
+      }
+    }
+    try {
+      return await this.#runAdmitted(body, episode, requestSignal);
+    } finally {
+      slots?.release();
+    }
+  }
+
+  /** The per-process episode slots, or null when unlimited. */
+  #slots(): Semaphore | null {
+    const max = (this.config as Partial<EnvironmentConfig>).max_concurrent_episodes ?? null;
+    if (max === null) return null;
+    this.#semaphore ??= new Semaphore(max);
+    return this.#semaphore;
+  }
+
+  async #runAdmitted(
+    body: RunRequest,
+    episode: EpisodeId,
+    requestSignal: AbortSignal,
+  ): Promise<RunReply | null> {
     const task = { task_id: body.task.task_id, task_input: body.task.task_input };
     const bounds = this.#bounds();
     const deadlineTs =

@@ -674,7 +674,81 @@ describe("config (spec environment §3.1)", () => {
     expect(EnvironmentConfigSchema.parse({ cleanup_timeout_seconds: 5 })).toEqual({
       cleanup_timeout_seconds: 5,
       default_episode_timeout_seconds: null,
+      max_concurrent_episodes: null,
+      queue_timeout_seconds: null,
     });
+    expect(() => bounded({ cleanup_timeout_seconds: 5, max_concurrent_episodes: 1 }).app()).toThrow(
+      /config\.queue_timeout_seconds: queue_timeout_seconds is required/,
+    );
+    expect(() => bounded({ cleanup_timeout_seconds: 5, max_concurrent_episodes: 0 }).app()).toThrow(
+      /config\.max_concurrent_episodes/,
+    );
+  });
+
+  /** Counts the episodes that entered the protocol; each waits on its own gate. */
+  class Counted extends EnvironmentServer {
+    readonly entered: string[] = [];
+    readonly gates = new Map<string, Deferred<void>>();
+    protected override async runEpisode({ steps }: RunEpisodeInput): Promise<EpisodeOutcome> {
+      this.entered.push(steps.captureKey);
+      const gate = deferred<void>();
+      this.gates.set(steps.captureKey, gate);
+      await gate.promise;
+      return { result: steps.captureKey };
+    }
+  }
+
+  it("max_concurrent_episodes: a /run waits for a slot, then runs", async () => {
+    const server = new Counted({
+      name: "env",
+      logLevel: "silent",
+      config: { cleanup_timeout_seconds: 5, max_concurrent_episodes: 1, queue_timeout_seconds: 30 },
+    });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const first = track(run(url, { episode_id: { rollout_id: "a" } }));
+    await expect.poll(() => server.entered, poll).toEqual(["a"]);
+    const second = track(run(url, { episode_id: { rollout_id: "b" } }));
+    // The second request is in, waiting for the slot: let the event loop turn many times.
+    for (let i = 0; i < 50; i += 1) await new Promise((resolve) => setImmediate(resolve));
+    expect(server.entered).toEqual(["a"]);
+    server.gates.get("a")?.resolve();
+    expect((await first.value).body.result).toBe("a");
+    await expect.poll(() => server.entered, poll).toEqual(["a", "b"]);
+    server.gates.get("b")?.resolve();
+    expect((await second.value).body.result).toBe("b");
+  });
+
+  it("queue_timeout_seconds: no slot in time is an admission failure, with no episode begun", async () => {
+    const server = new Counted({
+      name: "env",
+      logLevel: "silent",
+      checkpoint: on,
+      config: {
+        cleanup_timeout_seconds: 5,
+        max_concurrent_episodes: 1,
+        queue_timeout_seconds: 0.05,
+      },
+    });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const first = track(run(url, { episode_id: { rollout_id: "a" } }));
+    await expect.poll(() => server.entered, poll).toEqual(["a"]);
+    const timedOut = await run(url, { episode_id: { rollout_id: "b" } }).expect(200);
+    expect(timedOut.body).toEqual({
+      episode_id: { rollout_id: "b", attempt: 0 },
+      task_id: TASK.task_id,
+      result: null,
+      failure: {
+        failure_reason: "Episode admission timed out",
+        terminal: false,
+        stage: "admission",
+      },
+    });
+    expect(server.entered).toEqual(["a"]);
+    expect(server.participant?.steps.has("b")).toBe(false);
+    server.gates.get("a")?.resolve();
+    await first.value;
   });
 
   it.each([
