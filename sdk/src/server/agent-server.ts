@@ -782,7 +782,10 @@ export abstract class AgentServer<State = unknown> extends Server {
       } catch (error) {
         throw stopReason(activation.signal) ?? error;
       }
-      const response = indexed ? withoutTrajectory(result.response) : result.response;
+      // A native session reports its trajectory through its observations at close; a legacy
+      // /run has no bundle, so its loop keeps the trajectory in the reply.
+      const native = entry !== null && entry.request !== null;
+      const response = indexed && native ? withoutTrajectory(result.response) : result.response;
       const stored: StoredActivationReply = { response, cookies: { ...(result.cookies ?? {}) } };
       if (entry !== null && running !== null) {
         // Recorded before the activation ends, so a checkpoint exports it with the session.

@@ -376,7 +376,9 @@ describe("legacy /run", () => {
     await gate.entered;
     const loop = await activate(url, null, { prefix: "job", index: 1 }).expect(200);
     expect(loop.body).toMatchObject({ session: "run:job", invocation_id: "root" });
-    expect(loop.body).not.toHaveProperty("_ng_trajectory");
+    // A legacy /run has no observation bundle: its loop's indexed reply keeps the trajectory,
+    // which the run attaches to its result (spec agent §9.8).
+    expect(loop.body).toHaveProperty("_ng_trajectory");
     expect(agent.loops[0]).toMatchObject({ sessionKey: "run:job", tracked: true });
     const prepared = track(prepare(url, "c1"));
     await expect.poll(async () => (await status(url)).phase, POLL).toBe("preparing");
@@ -390,7 +392,7 @@ describe("legacy /run", () => {
     expect((await records(dir))["run:job"]?.session).toMatchObject({
       activations: 1,
       completed_activation: 1,
-      completed_reply: { response: { id: "resp-1", session: "run:job" } },
+      completed_reply: { response: { id: "resp-1", session: "run:job", _ng_trajectory: {} } },
     });
     await resume(url, "c1").expect(200);
     expect((await run.value).status).toBe(200);

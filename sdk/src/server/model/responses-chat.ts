@@ -81,8 +81,9 @@ export function itemsToMessages(items: readonly unknown[], instructions?: unknow
         type: "function",
         function: { name: String(item.name ?? ""), arguments: String(item.arguments ?? "") },
       };
+      // One assistant turn is one chat message: its text and its tool calls together.
       const last = messages.at(-1);
-      if (last?.role === "assistant" && last.tool_calls !== undefined) last.tool_calls.push(call);
+      if (last?.role === "assistant") (last.tool_calls ??= []).push(call);
       else messages.push({ role: "assistant", content: null, tool_calls: [call] });
     } else if (type === "function_call_output") {
       messages.push({

@@ -1,0 +1,30 @@
+/**
+ * The worker-side capture helpers this backend uses (spec policy-model §7.7, §8), gathered in
+ * one module so the rest of the backend names them in one place.
+ *
+ * @module
+ */
+export { CaptureAdmissionSchema, type CaptureAdmission } from "gym-participant-sdk";
+export { CaptureError } from "gym-participant-sdk";
+export {
+  GENERATION_CUT_ROUTE,
+  GenerationCutInventorySchema,
+  GenerationCutPrefixAckSchema,
+  GenerationCutReceiptSchema,
+  generationCutFailureAck,
+  inventoryDigest,
+  validateReceiptFor,
+  type GenerationCutInventory,
+  type GenerationCutPrefix,
+  type GenerationCutPrefixAck,
+  type GenerationCutReceipt,
+} from "gym-participant-sdk";
+export {
+  CommitCoordsSchema,
+  StagedCallRecordSchema,
+  stagingKey,
+  type CommitCoords,
+  type StageResult,
+  type StagedCallRecord,
+} from "gym-participant-sdk";
+export { RolloutTokenCapture, type ActiveCall, type StagingSink } from "gym-participant-sdk";

@@ -1,0 +1,111 @@
+/**
+ * The backend's durable token store: one JSON file per staged record under a directory, written
+ * atomically and synced before a stage returns, so staged tokens outlive every other server of the
+ * deployment (and this one). Staging keys are opaque: a key maps to a file name by URI encoding.
+ *
+ * @module
+ */
+import { mkdir, open, readFile, rename } from "node:fs/promises";
+import path from "node:path";
+import {
+  StagedCallRecordSchema,
+  stagingKey,
+  type StageResult,
+  type StagedCallRecord,
+  type StagingSink,
+} from "./sdk-capture.js";
+
+/** A staged record the store does not hold, or holds corrupt. */
+export class TokenStoreError extends Error {
+  override name = "TokenStoreError";
+  constructor(
+    message: string,
+    readonly key: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** The file a staging key is stored in. */
+export function stagedFilePath(dir: string, key: string): string {
+  return path.join(dir, `${encodeURIComponent(key)}.json`);
+}
+
+/**
+ * Staged records on disk. As a {@link StagingSink} it stages a completed call under its default
+ * key `<capture key>/<model_call_id>`; {@link put} stages under any key (a generation cut's).
+ * Records read back are validated (digests recomputed) and cached; the store is the only writer.
+ */
+export class TokenStore implements StagingSink {
+  readonly #cache = new Map<string, StagedCallRecord>();
+  #ready: Promise<unknown> | null = null;
+  #sequence = 0;
+
+  constructor(readonly dir: string) {}
+
+  /** Stages a completed call under its default staging key. */
+  async stage(record: StagedCallRecord): Promise<StageResult> {
+    const key = stagingKey(record.rollout_id, record.model_call_id);
+    await this.put(key, record);
+    return { schema_version: 2, ok: true, staging_key: key, error: null };
+  }
+
+  /** Writes `record` under `key`, durably: the file and its directory entry are synced. */
+  async put(key: string, record: StagedCallRecord): Promise<void> {
+    this.#ready ??= mkdir(this.dir, { recursive: true });
+    await this.#ready;
+    const file = stagedFilePath(this.dir, key);
+    const temporary = `${file}.${process.pid}.${(this.#sequence += 1)}.tmp`;
+    const handle = await open(temporary, "w");
+    try {
+      await handle.writeFile(JSON.stringify(record));
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temporary, file);
+    // The rename is durable only once the directory is synced.
+    const dir = await open(this.dir, "r");
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+    this.#cache.set(key, record);
+  }
+
+  /** The record staged under `key`. Throws {@link TokenStoreError} when missing or corrupt. */
+  async get(key: string): Promise<StagedCallRecord> {
+    const cached = this.#cache.get(key);
+    if (cached !== undefined) return cached;
+    let text: string;
+    try {
+      text = await readFile(stagedFilePath(this.dir, key), "utf8");
+    } catch (error) {
+      throw new TokenStoreError(`no staged record under '${key}'`, key, { cause: error });
+    }
+    const parsed = StagedCallRecordSchema.safeParse(safeJson(text));
+    if (!parsed.success) {
+      throw new TokenStoreError(`the record staged under '${key}' is corrupt`, key, {
+        cause: parsed.error,
+      });
+    }
+    this.#cache.set(key, parsed.data);
+    return parsed.data;
+  }
+
+  /** The token IDs a staging chain names: its records' `token_ids_delta`, concatenated. */
+  async prefixOf(chain: readonly string[]): Promise<number[]> {
+    const records = await Promise.all(chain.map((key) => this.get(key)));
+    return records.flatMap((record) => record.token_ids_delta);
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}

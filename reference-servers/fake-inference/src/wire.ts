@@ -1,0 +1,48 @@
+/**
+ * The chat completions request this backend reads (the OpenAI shape, unknown fields kept), plus
+ * the worker wire key `ng_capture` (spec policy-model §2).
+ *
+ * @module
+ */
+import { z } from "zod";
+import { CaptureAdmissionSchema } from "./sdk-capture.js";
+
+/** The output budget of a call that names none. */
+export const DEFAULT_MAX_TOKENS = 256;
+
+const ChatMessageSchema = z.looseObject({
+  role: z.string().min(1),
+  content: z
+    .union([z.string(), z.array(z.unknown())])
+    .nullable()
+    .optional(),
+  tool_calls: z
+    .array(
+      z.looseObject({
+        function: z.looseObject({ name: z.string(), arguments: z.unknown().optional() }),
+      }),
+    )
+    .nullable()
+    .optional(),
+});
+
+/** `POST /v1/chat/completions`. */
+export const ChatCompletionRequestSchema = z
+  .looseObject({
+    model: z.string().optional(),
+    messages: z.array(ChatMessageSchema).min(1),
+    tools: z.array(z.unknown()).nullable().optional(),
+    max_tokens: z.int().min(1).nullable().optional(),
+    max_completion_tokens: z.int().min(1).nullable().optional(),
+    stream: z.boolean().nullable().optional(),
+    /** The gate's capture admission: capture this call's tokens. */
+    ng_capture: CaptureAdmissionSchema.nullable().optional(),
+  })
+  .meta({ id: "FakeChatCompletionRequest" });
+/** A chat completions request. */
+export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequestSchema>;
+
+/** The output budget of a request: `max_completion_tokens`, else `max_tokens`, else 256. */
+export function maxTokensOf(request: ChatCompletionRequest): number {
+  return request.max_completion_tokens ?? request.max_tokens ?? DEFAULT_MAX_TOKENS;
+}

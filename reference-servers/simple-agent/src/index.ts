@@ -1,0 +1,374 @@
+/**
+ * The Simple Agent: the reference agent with full checkpoint support. Each activation runs a
+ * turn loop (model call, then the reply's tool calls, until the model answers) that records a
+ * boundary before every model call and after every tool round, so a checkpoint can cut a
+ * session mid-loop and a fresh process continues it from there. It also serves the legacy
+ * whole-episode `/run` (seed → loop → verify). See README.md and spec agent §9.
+ */
+import { z } from "zod";
+import {
+  ACTIVATION_HEADER,
+  AgentServer,
+  CheckpointStateError,
+  TOKEN_CAPTURE_SEGMENT,
+  captureKey,
+  cookieHeader,
+  isLegacySessionKey,
+  isMainModule,
+  rolloutPath,
+  serveMain,
+  setCookieJar,
+  type AgentCloseResult,
+  type AgentSeedRequest,
+  type AgentSessionView,
+  type CookieJar,
+  type JsonValue,
+  type LegacyRunInput,
+  type RespondInput,
+  type RespondResult,
+  type RestoredAgentSession,
+  type RolloutContext,
+  type RouteInput,
+  type TextReply,
+} from "gym-participant-sdk";
+import {
+  SimpleAgentConfigSchema,
+  buildSessionState,
+  type SimpleAgentConfig,
+  type SimpleSessionState,
+} from "./config.js";
+import { runLegacy, type RunCallReply } from "./legacy-run.js";
+import { ObservationBundleSchema, loadLoopState, withTrajectory, type Item } from "./trajectory.js";
+import { parseModelReply, runTurnLoop, type ModelReply, type ToolReply } from "./turn-loop.js";
+
+export { SimpleAgentConfigSchema, type SimpleAgentConfig, type SimpleSessionState };
+export { LoopBoundarySchema, ObservationBundleSchema } from "./trajectory.js";
+
+/** What the export hook writes per native session (the SDK adds its own counters). */
+const ExportedSessionSchema = z.strictObject({
+  request: z.unknown(),
+  resources_cookies: z.record(z.string(), z.string()).nullable(),
+  observations: ObservationBundleSchema.nullable(),
+});
+
+/**
+ * The reference agent with full checkpoint support (spec agent §9): sessions seeded by an
+ * environment server, activations that park at turn-loop boundaries, export/restore of every
+ * session, and the legacy `/run`.
+ *
+ * @example
+ * const agent = new SimpleAgent({
+ *   name: "simple_agent",
+ *   config: { model_server: "policy", resources_server: "counter" },
+ *   deployment,
+ * });
+ * await agent.listen({ port: 0 });
+ */
+export default class SimpleAgent extends AgentServer<SimpleSessionState> {
+  static override checkpointSessionsSupported = true;
+
+  protected override configSchema(): z.ZodType {
+    return SimpleAgentConfigSchema;
+  }
+
+  /** The validated settings. */
+  get simpleConfig(): SimpleAgentConfig {
+    return this.config as SimpleAgentConfig;
+  }
+
+  // ---- Sessions ----------------------------------------------------------------------------
+
+  protected override createSessionState(input: {
+    readonly request: AgentSeedRequest;
+  }): SimpleSessionState {
+    return buildSessionState(input.request, this.simpleConfig.tool_accesses);
+  }
+
+  protected override closeSessionState(input: {
+    readonly state: SimpleSessionState | undefined;
+  }): AgentCloseResult {
+    return {
+      agent_observations: (input.state?.observations ?? null) as JsonValue | null,
+      resources_cookies: input.state?.resourcesCookies ?? null,
+    };
+  }
+
+  protected override exportAgentSessions(input: {
+    readonly sessionKeys: readonly string[];
+  }): Promise<Record<string, Record<string, JsonValue>>> {
+    const out: Record<string, Record<string, JsonValue>> = {};
+    for (const key of input.sessionKeys) {
+      const view = this.sessionView(key);
+      if (view === undefined || view.request === null || view.state === undefined) {
+        return Promise.reject(new Error(`the Simple Agent holds no open session ${key}`));
+      }
+      out[key] = {
+        request: view.request as unknown as JsonValue,
+        // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
+        resources_cookies: view.state.resourcesCookies,
+        observations: view.state.observations as unknown as JsonValue,
+      };
+    }
+    return Promise.resolve(out);
+  }
+
+  protected override restoreAgentSessions(input: {
+    readonly sessions: readonly RestoredAgentSession[];
+  }): Promise<void> {
+    const built: { key: string; request: AgentSeedRequest; state: SimpleSessionState }[] = [];
+    try {
+      for (const session of input.sessions) {
+        if (isLegacySessionKey(session.sessionKey)) continue;
+        const parsed = ExportedSessionSchema.safeParse(session.session);
+        if (!parsed.success) {
+          throw new CheckpointStateError(
+            `agent session ${session.sessionKey}: ${parsed.error.issues
+              .slice(0, 3)
+              .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
+              .join("; ")}`,
+            captureKey(session.episodeId),
+          );
+        }
+        const request = this.seedRequestFor(parsed.data.request, session.episodeId);
+        // Rebuilt exactly as a seed would, grant checks included.
+        const state = buildSessionState(request, this.simpleConfig.tool_accesses);
+        built.push({
+          key: session.sessionKey,
+          request,
+          state: {
+            ...state,
+            resourcesCookies: parsed.data.resources_cookies,
+            observations: parsed.data.observations,
+          },
+        });
+      }
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    // All or nothing: installed only once every session was built.
+    for (const { key, request, state } of built) this.installRestoredSession(key, request, state);
+    return Promise.resolve();
+  }
+
+  /** Nothing outside the process to free; the SDK drops the session. */
+  protected override retireAgentSession(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  // ---- The turn loop -----------------------------------------------------------------------
+
+  protected override async respond(
+    input: RespondInput<SimpleSessionState>,
+  ): Promise<RespondResult> {
+    const config = this.simpleConfig;
+    // A legacy `/run` session has no seed request: its loop is session-less.
+    const seeded = input.session !== null && input.session.request !== null ? input.session : null;
+    const state = seeded?.state ?? null;
+    if (seeded === null && !config.execute_tools) {
+      throw new Error("execute_tools: false is only allowed for agent session activations");
+    }
+    const continuation =
+      input.activation.continuation === null ? null : loadLoopState(input.activation.continuation);
+    const modelPath = modelPathOf(input.rollout);
+    const result = await runTurnLoop({
+      body: input.body,
+      activation: input.activation,
+      continuation,
+      resourcesCookies: seeded === null ? input.cookies : (state?.resourcesCookies ?? {}),
+      executeTools: seeded === null || config.execute_tools,
+      maxSteps: config.max_steps,
+      collectTrajectory: config.collect_trajectory && input.rollout !== null,
+      invocationId: input.invocationId,
+      callModel: (body, cookies, signal) => this.#callModel(modelPath, body, cookies, signal),
+      callTool: (name, args, jar, signal) =>
+        this.#callTool(seeded, input.rollout, name, args, jar, signal),
+    });
+    if (seeded !== null && state !== null) {
+      this.setSessionState(seeded.key, {
+        ...state,
+        resourcesCookies: state.resourcesCookies === null ? null : result.resourcesCookies,
+        observations:
+          result.trajectory === null
+            ? state.observations
+            : withTrajectory(state.observations, result.trajectory),
+      });
+    }
+    const response: Item =
+      result.trajectory === null
+        ? result.response
+        : { ...result.response, _ng_trajectory: result.trajectory };
+    // A session's resources cookies stay with the agent; a session-less caller gets them back.
+    const cookies =
+      seeded === null
+        ? { ...result.resourcesCookies, ...result.modelCookies }
+        : { ...result.modelCookies };
+    return { response, cookies };
+  }
+
+  async #callModel(
+    path: string,
+    body: Item,
+    cookies: CookieJar,
+    signal: AbortSignal,
+  ): Promise<ModelReply> {
+    const server = this.simpleConfig.model_server;
+    const reply = await this.client.postText(server, path, body, {
+      headers: cookieHeaders(cookies),
+      signal,
+    });
+    if (reply.status < 200 || reply.status >= 300) {
+      throw new Error(
+        `model server ${server} answered HTTP ${reply.status} at ${path}: ${reply.body.slice(0, 500)}`,
+      );
+    }
+    return {
+      response: parseModelReply(reply.body),
+      cookies: setCookieJar(reply.headers["set-cookie"]),
+    };
+  }
+
+  async #callTool(
+    seeded: AgentSessionView<SimpleSessionState> | null,
+    rollout: RolloutContext | null,
+    name: string,
+    args: unknown,
+    jar: CookieJar,
+    signal: AbortSignal,
+  ): Promise<ToolReply> {
+    if (seeded !== null) {
+      const grant = seeded.state?.toolAccess ?? null;
+      if (grant === null) {
+        throw new Error(
+          `agent session ${seeded.key} has no direct HTTP tool grant: it cannot call tool ${name}`,
+        );
+      }
+      const url = grantUrl(grant.base_url, rollout, name);
+      return await this.#postUrl(url, args, { ...grant.headers, ...cookieHeaders(jar) }, signal);
+    }
+    const resources = this.simpleConfig.resources_server;
+    if (resources === null) {
+      throw new Error(`tool ${name}: no resources_server is configured for session-less calls`);
+    }
+    const path = rollout === null ? `/${name}` : rolloutPath(rollout.captureKey, `/${name}`);
+    return withCookies(
+      await this.client.postText(resources, path, args, { headers: cookieHeaders(jar), signal }),
+    );
+  }
+
+  /** POSTs JSON to a URL: through the deployment's client when a server lives there. */
+  async #postUrl(
+    url: URL,
+    body: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<RunCallReply> {
+    const server = Object.entries(this.deployment.servers).find(
+      ([, entry]) => new URL(entry.url).origin === url.origin,
+    )?.[0];
+    if (server !== undefined) {
+      const path = `${url.pathname}${url.search}`;
+      return withCookies(await this.client.postText(server, path, body, { headers, signal }));
+    }
+    // A grant may name a host outside the deployment.
+    const reply = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: JSON.stringify(body ?? null),
+      signal,
+      redirect: "manual",
+    });
+    return {
+      status: reply.status,
+      headers: Object.fromEntries(reply.headers),
+      body: await reply.text(),
+      cookies: setCookieJar(reply.headers.getSetCookie()),
+    };
+  }
+
+  // ---- Legacy /run -------------------------------------------------------------------------
+
+  protected override async legacyRun(input: LegacyRunInput): Promise<unknown> {
+    const config = this.simpleConfig;
+    if (!config.execute_tools) throw new Error("a legacy /run needs execute_tools: true");
+    const resources = config.resources_server;
+    if (resources === null) throw new Error("a legacy /run needs a resources_server");
+    const key = input.episode === null ? null : captureKey(input.episode);
+    const under = (path: string): string => (key === null ? path : rolloutPath(key, path));
+    return await runLegacy({
+      ...input,
+      captureKey: key,
+      skipVerification: config.skip_verification,
+      skipVerificationReward: config.skip_verification_reward,
+      resources: async (path, body, jar, headers, signal) =>
+        withCookies(
+          await this.client.postText(resources, under(path), body, {
+            headers: { ...headers, ...cookieHeaders(jar) },
+            signal,
+          }),
+        ),
+      dispatch: async (body, jar, signal) => {
+        if (this.deployment.servers[this.name] === undefined) {
+          throw new Error(
+            `a legacy /run sends its turn loop to this agent: the deployment has no server ${this.name}`,
+          );
+        }
+        const capture = config.token_id_capture ? TOKEN_CAPTURE_SEGMENT : "";
+        const path = key === null ? "/v1/responses" : rolloutPath(key, `${capture}/v1/responses`);
+        return withCookies(
+          await this.client.postText(this.name, path, body, {
+            // Activation 1 of the run's session: a restored run gets the kept reply back.
+            headers: { [ACTIVATION_HEADER]: "1", ...cookieHeaders(jar) },
+            signal,
+          }),
+        );
+      },
+      closeFailed: (error) =>
+        this.logger.warn(
+          { err: error, rollout: key },
+          "legacy /run: closing the resources session failed; the verdict stands",
+        ),
+    });
+  }
+
+  // ---- Metrics -----------------------------------------------------------------------------
+
+  protected override async aggregateMetrics(input: RouteInput<unknown>): Promise<unknown> {
+    const resources = this.simpleConfig.resources_server;
+    if (resources === null) return {};
+    return await this.client.post(resources, "/aggregate_metrics", input.body ?? {}, {
+      signal: input.signal,
+    });
+  }
+}
+
+/** The model path of an activation: `/v1/responses` under the inbound prefix (spec agent §9.6). */
+function modelPathOf(rollout: RolloutContext | null): string {
+  if (rollout === null) return "/v1/responses";
+  const capture = rollout.tokenCapture ? TOKEN_CAPTURE_SEGMENT : "";
+  return rolloutPath(rollout.captureKey, `${capture}/v1/responses`);
+}
+
+/**
+ * A direct grant's tool URL: the grant's base URL with its trailing `/ng-rollout/<key>`
+ * replaced by the activation's own, so a restored session's calls name the replacement attempt.
+ */
+export function grantUrl(baseUrl: string, rollout: RolloutContext | null, name: string): URL {
+  const url = new URL(baseUrl);
+  let path = url.pathname.replace(/\/+$/, "");
+  if (rollout !== null) {
+    path = `${path.replace(/\/ng-rollout\/[^/]+$/, "")}/ng-rollout/${rollout.captureKey}`;
+  }
+  url.pathname = `${path}/${name}`;
+  return url;
+}
+
+function cookieHeaders(jar: CookieJar): Record<string, string> {
+  const header = cookieHeader(jar);
+  return header === undefined ? {} : { cookie: header };
+}
+
+function withCookies(reply: TextReply): RunCallReply {
+  return { ...reply, cookies: setCookieJar(reply.headers["set-cookie"]) };
+}
+
+if (isMainModule(import.meta.url)) await serveMain(SimpleAgent);
