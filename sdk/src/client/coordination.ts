@@ -254,6 +254,10 @@ export async function prepare(
   participants: Participants,
   checkpointId: string,
   deadlineTs: number,
+  options: {
+    /** Told each stage's kind and how long its fan-out took, in ms, as it ends. */
+    readonly onStage?: (kind: ParticipantKind, elapsedMs: number) => void;
+  } = {},
 ): Promise<PrepareResult> {
   const replies: Record<string, PrepareReply> = {};
   const restarts = new Set<string>();
@@ -262,6 +266,7 @@ export async function prepare(
     if (stage.length === 0) continue;
     const body: Record<string, unknown> = { checkpoint_id: checkpointId, deadline_ts: deadlineTs };
     if (restarts.size > 0) body.restarts = [...restarts].sort();
+    const started = performance.now();
     const stageReplies = await fanOut<PrepareReply>(
       participants,
       stage,
@@ -269,6 +274,7 @@ export async function prepare(
       encode(body),
       deadlineTs,
     );
+    options.onStage?.(kind, performance.now() - started);
     Object.assign(replies, stageReplies);
     for (const reply of Object.values(stageReplies))
       for (const key of reply.report.restarts) restarts.add(key);

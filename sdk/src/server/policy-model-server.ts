@@ -223,7 +223,7 @@ export class PolicyModelServer extends Server {
           if (ticket !== null) {
             ticket.capture = { modelCallId, requestItems: items };
             if (ticket.restartReason === null && participant !== null) {
-              claim = participant.restoredCuts.take(key, conversationDigest(items));
+              claim = participant.restoredCuts.take(key, conversationDigest(items), modelCallId);
               if (claim !== null) {
                 admission = { ...admission, generation_cut: claim.record.continuation };
               }

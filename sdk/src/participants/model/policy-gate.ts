@@ -215,15 +215,17 @@ export class PolicyGate {
     const ticket = new Ticket(key, episode, signal);
     this.#served = true;
     this.#tickets.add(ticket);
-    const started = this.restoredTargets.delete(key);
     this.#onChange();
-    if (started && this.#onTargetStarted !== null) {
+    if (this.restoredTargets.has(key)) {
+      // Marked before the call can write a row or be held; a target whose marker could not be
+      // written stays pending, so its next call tries again.
       try {
-        await this.#onTargetStarted(key);
+        await this.#onTargetStarted?.(key);
       } catch (error) {
         this.exit(ticket);
         throw error;
       }
+      this.restoredTargets.delete(key);
     }
     return ticket;
   }

@@ -16,6 +16,8 @@ export type CutRecord = GenerationCutRecord;
 export interface CutClaim {
   readonly key: string;
   readonly record: CutRecord;
+  /** The claiming call: a newer cut of it replaces the restored one and is settled with it. */
+  readonly modelCallId: string;
 }
 
 /** The restored cuts of one model server process. */
@@ -61,15 +63,23 @@ export class RestoredCuts {
    * Claims the cut of `key` for a call whose request digest is `requestDigest`; the cut stays
    * held until {@link settle}. Null when none matches.
    */
-  take(key: string, requestDigest: string): CutClaim | null {
+  take(key: string, requestDigest: string, modelCallId: string): CutClaim | null {
     const record = this.#cuts.get(key);
     if (record === undefined || record.request_digest !== requestDigest) return null;
-    return { key, record };
+    return { key, record, modelCallId };
   }
 
-  /** Settles a claim when its call leaves: consumed only if its response started. */
+  /**
+   * Settles a claim when its call leaves: the cut held for the key is consumed only if the
+   * call's response started and it is still the claimed cut, or the claiming call's own newer
+   * cut that replaced it.
+   */
   settle(claim: CutClaim, responseStarted: boolean): void {
-    if (responseStarted && this.#cuts.get(claim.key) === claim.record) this.#cuts.delete(claim.key);
+    if (!responseStarted) return;
+    const held = this.#cuts.get(claim.key);
+    if (held === claim.record || held?.model_call_id === claim.modelCallId) {
+      this.#cuts.delete(claim.key);
+    }
   }
 
   /** The capture key a record continues from (for diagnostics). */
