@@ -1,0 +1,158 @@
+/**
+ * One run of the reference deployment in real processes: start it with `gym serve`, crash it
+ * with `gym stop --kill`, start it again; reach its servers; drive the fake backend's controls.
+ * The demo and the end-to-end suite both build on it.
+ */
+import { spawn } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { ServerClient } from "../sdk/src/client/server-client.js";
+import { discover, type Participants } from "../sdk/src/client/coordination.js";
+import type { ResolvedDeployment } from "../sdk/src/wire/deployment.js";
+
+/** The repository root. */
+export const REPO = fileURLToPath(new URL("../", import.meta.url));
+const CLI = path.join(REPO, "sdk", "src", "cli", "main.ts");
+const REFERENCE = path.join(REPO, "reference-servers");
+
+/** The control token the reference deployment uses unless GYM_CONTROL_TOKEN says otherwise. */
+export const CONTROL_TOKEN = "demo-token";
+
+/** What a `gym` command printed and how it ended. */
+export interface Finished {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `gym <args>` from source and waits for it. */
+export function gym(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 120_000,
+): Promise<Finished> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", "tsx", CLI, ...args], {
+      cwd: REPO,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("error", reject);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** The reference deployment, copied into a run directory with absolute entrypoints. */
+export class DeploymentRun {
+  readonly deploymentFile: string;
+  readonly stateFile: string;
+  readonly env: NodeJS.ProcessEnv;
+  #deployment: ResolvedDeployment | null = null;
+  #client: ServerClient | null = null;
+
+  constructor(
+    /** Where state, logs, the capture ledger, the token store and checkpoints live. */
+    readonly dir: string,
+  ) {
+    mkdirSync(dir, { recursive: true });
+    const text = readFileSync(path.join(REFERENCE, "deployment.yaml"), "utf8").replaceAll(
+      "entrypoint: ",
+      `entrypoint: ${REFERENCE}/`,
+    );
+    this.deploymentFile = path.join(dir, "deployment.yaml");
+    writeFileSync(this.deploymentFile, text);
+    this.stateFile = path.join(dir, "run.json");
+    this.env = {
+      ...process.env,
+      GYM_RUN_DIR: dir,
+      GYM_CONTROL_TOKEN: process.env.GYM_CONTROL_TOKEN ?? CONTROL_TOKEN,
+      LOG_LEVEL: process.env.LOG_LEVEL ?? "warn",
+    };
+  }
+
+  /** The control token of the run. */
+  get token(): string {
+    return this.env.GYM_CONTROL_TOKEN as string;
+  }
+
+  /** The servers a crash kills: every one but the inference backend, which outlives Gym. */
+  gymServers(): string[] {
+    const servers = this.#deployment?.servers ?? {};
+    return Object.keys(servers).filter((name) => servers[name]?.kind !== "backend");
+  }
+
+  /**
+   * Starts the servers (fresh processes) and waits until each is healthy: all of them, or
+   * after a crash only the Gym servers (the backend is still running).
+   */
+  async serve(options: { readonly afterCrash?: boolean } = {}): Promise<void> {
+    const only = options.afterCrash === true ? ["--only", this.gymServers().join(",")] : [];
+    const served = await gym(
+      ["serve", this.deploymentFile, "--detach", "--state", this.stateFile, ...only],
+      this.env,
+    );
+    if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}${served.stdout}`);
+    const state = JSON.parse(readFileSync(this.stateFile, "utf8")) as {
+      deployment: ResolvedDeployment;
+    };
+    this.#deployment = state.deployment;
+    await this.#client?.close();
+    this.#client = new ServerClient(this.#deployment, { dataConnectionsPerServer: 256 });
+  }
+
+  /** Kills every Gym server's process group at once: the crash (the backend survives). */
+  async crash(): Promise<void> {
+    const stopped = await gym(
+      ["stop", "--kill", "--only", this.gymServers().join(","), "--state", this.stateFile],
+      this.env,
+    );
+    if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
+    await this.#client?.close();
+    this.#client = null;
+  }
+
+  /** Stops every server gracefully. */
+  async stop(): Promise<void> {
+    await this.#client?.close();
+    this.#client = null;
+    await gym(["stop", "--state", this.stateFile], this.env);
+  }
+
+  /** The client of the running deployment. */
+  get client(): ServerClient {
+    if (this.#client === null) throw new Error("the deployment is not running");
+    return this.#client;
+  }
+
+  /** Where a server listens. */
+  url(server: string): string {
+    const entry = this.#deployment?.servers[server];
+    if (entry === undefined) throw new Error(`no server ${server} is running`);
+    return entry.url;
+  }
+
+  /** The participants, in prepare order. */
+  async participants(): Promise<Participants> {
+    return await discover(this.client, this.token, { probeTimeoutMs: 10_000 });
+  }
+
+  /** Calls a control route of the fake backend. */
+  async backend<T = unknown>(method: "GET" | "POST", route: string, body?: unknown): Promise<T> {
+    const res = await fetch(`${this.url("inference")}${route}`, {
+      method,
+      headers: body === undefined ? {} : { "content-type": "application/json" },
+      body: body === undefined ? null : JSON.stringify(body),
+    });
+    if (!res.ok) throw new Error(`${method} ${route}: ${res.status} ${await res.text()}`);
+    return (await res.json()) as T;
+  }
+}

@@ -1,0 +1,294 @@
+/**
+ * The crash scenario the demo runs: rollouts through the reference deployment, a checkpoint
+ * while most are in flight (each held inside its second model call), a crash of every server,
+ * a restore into fresh processes, and the replacement attempts — then the contract checked:
+ * every rollout finished before the checkpoint or was exported, every exported one finished
+ * after the restore with the right reward, and no delivered model call ran twice.
+ */
+import {
+  commit,
+  prepare,
+  restore,
+  resume,
+  type PrepareResult,
+} from "../sdk/src/client/coordination.js";
+import { captureKey, episodeId, type EpisodeId } from "../sdk/src/identity/episode-id.js";
+import type { ParticipantKind } from "../sdk/src/wire/control.js";
+import type { DeploymentRun } from "./deployment-run.js";
+
+/** What one scenario run measured and found. */
+export interface ScenarioReport {
+  readonly rollouts: number;
+  readonly finishedBeforeCheckpoint: number;
+  readonly inFlight: number;
+  readonly exported: number;
+  readonly restarts: number;
+  readonly cutCalls: number;
+  readonly prepareSeconds: Readonly<Partial<Record<ParticipantKind, number>>>;
+  readonly commitSeconds: number;
+  readonly restoreSeconds: number;
+  readonly replacementFailures: number;
+  readonly continuedFromCut: number;
+  readonly rewards: Readonly<Record<string, number>>;
+  /** Contract violations; empty when everything held. */
+  readonly problems: readonly string[];
+}
+
+/** Progress events for a live display. */
+export type Progress = (stage: string, detail?: string) => void;
+
+interface RunOutcome {
+  readonly status: number;
+  readonly body: {
+    result?: { reward?: number } | null;
+    failure?: { failure_reason?: string } | null;
+  } | null;
+}
+
+/** The final answer the scripted model gives after its tool call (long enough to cut). */
+const ANSWER =
+  "I incremented the counter exactly once, so its value now matches the target of one.";
+const TOOL = {
+  type: "function",
+  name: "increment_counter",
+  description: "Add one to the counter",
+  parameters: { type: "object", properties: {} },
+};
+
+/** The `/run` body of rollout `i`: every fourth one is tool-less and finishes in one call. */
+function runBody(episode: EpisodeId, i: number): Record<string, unknown> {
+  const quick = i % 4 === 3;
+  return {
+    episode_id: episode,
+    task: {
+      task_id: { taskset: "counter", task_id: String(i) },
+      task_input: {
+        responses_create_params: quick
+          ? { input: "Leave the counter alone and say done." }
+          : { input: "Increment the counter once.", tools: [TOOL] },
+        task_data: { initial_count: 0, target: quick ? 0 : 1 },
+      },
+    },
+  };
+}
+
+async function sendRun(url: string, body: unknown): Promise<RunOutcome> {
+  try {
+    const res = await fetch(`${url}/run`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text.length === 0 ? null : JSON.parse(text) };
+  } catch {
+    return { status: 0, body: null }; // the server died under it
+  }
+}
+
+async function until<T>(
+  what: string,
+  probe: () => Promise<T | null>,
+  timeoutMs = 60_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== null) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+interface BackendCall {
+  readonly rollout: string | null;
+  readonly held: boolean;
+  readonly returned: boolean;
+  readonly continued_from: string | null;
+  readonly reused_prefix_tokens: number;
+  readonly capture: string | null;
+  readonly capture_error: string | null;
+}
+
+/** Runs the scenario on a deployment that is not running yet; leaves it running (restored). */
+export async function runScenario(
+  run: DeploymentRun,
+  options: { readonly rollouts: number; readonly progress?: Progress },
+): Promise<ScenarioReport> {
+  const progress = options.progress ?? (() => undefined);
+  const problems: string[] = [];
+  progress("serve", "starting 7 servers");
+  await run.serve();
+  const episodes = Array.from({ length: options.rollouts }, (_, i) => episodeId(`rollout-${i}`));
+  await run.backend("POST", "/_ctl/script", {
+    default: [{ tool_calls: [{ name: "increment_counter", arguments: {} }] }, { content: ANSWER }],
+    // The tool-less rollouts answer at once and finish before the checkpoint.
+    per_rollout: Object.fromEntries(
+      episodes.filter((_, i) => i % 4 === 3).map((e) => [e.rollout_id, [{ content: "Done." }]]),
+    ),
+  });
+  // Every rollout's second model call stops part-way, so it is in flight at the checkpoint.
+  await run.backend("POST", "/_ctl/hold", { after_calls_per_rollout: 1 });
+
+  const env = run.url("counter_env");
+  const first = new Map<string, Promise<RunOutcome>>();
+  const replied = new Set<string>();
+  episodes.forEach((episode, i) => {
+    const key = captureKey(episode);
+    const sent = sendRun(env, runBody(episode, i));
+    first.set(key, sent);
+    void sent.then((outcome) => {
+      if (outcome.status === 200) replied.add(key);
+    });
+  });
+  const expectedHeld = episodes.filter((_, i) => i % 4 !== 3).length;
+  progress(
+    "send",
+    `${options.rollouts} rollouts sent; waiting for them to reach their second model call`,
+  );
+  await until("the rollouts to reach their held call", async () => {
+    const { calls } = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
+    const held = calls.filter((call) => call.held && !call.returned).length;
+    progress("send", `${held}/${expectedHeld} in flight, ${replied.size} finished`);
+    return held >= expectedHeld && replied.size >= options.rollouts - expectedHeld ? held : null;
+  });
+
+  // Checkpoint while they are in flight.
+  const participants = await run.participants();
+  const checkpointId = `demo-${Date.now()}`;
+  const prepareSeconds: Partial<Record<ParticipantKind, number>> = {};
+  progress("prepare", "environment → model → agent → resources");
+  const prepared: PrepareResult = await prepare(
+    participants,
+    checkpointId,
+    Date.now() / 1000 + 60,
+    {
+      onStage: (kind, ms) => {
+        prepareSeconds[kind] = ms / 1000;
+      },
+    },
+  );
+  if (!prepared.prepared) {
+    throw new Error(`prepare did not complete: ${JSON.stringify(prepared.blockers())}`);
+  }
+  const finishedBefore = new Set(replied);
+  const inFlight = episodes.filter((e) => !finishedBefore.has(captureKey(e)));
+  const scope = prepared.continued(inFlight);
+  const checkpointDir = `${run.dir}/checkpoints/${checkpointId}`;
+  progress("commit", `${scope.length} episodes continued`);
+  const committedAt = performance.now();
+  const committed = await commit(participants, {
+    checkpointId,
+    checkpointDir,
+    episodeIds: scope,
+    deadlineTs: Date.now() / 1000 + 120,
+  });
+  const commitSeconds = (performance.now() - committedAt) / 1000;
+  const envExported = new Set(committed.counter_env?.episode_ids ?? []);
+  const { cuts } = await run.backend<{ cuts: string[][] }>("GET", "/_ctl/cuts");
+  const cutCalls = cuts.reduce((n, round) => n + round.length, 0);
+
+  const rewards: Record<string, number> = {};
+  const count = (reward: number): void => {
+    rewards[String(reward)] = (rewards[String(reward)] ?? 0) + 1;
+  };
+  for (const key of finishedBefore) {
+    const outcome = await (first.get(key) as Promise<RunOutcome>);
+    const reward = outcome.body?.result?.reward;
+    if (typeof reward === "number") count(reward);
+    if (reward !== 1) problems.push(`${key} finished before the checkpoint with reward ${reward}`);
+    first.delete(key);
+  }
+
+  progress("crash", "gym stop --kill: every Gym process group dies (the backend survives)");
+  await run.crash();
+  await Promise.all(first.values()); // the dead attempts' /run calls fail
+
+  progress("restore", "fresh processes restore the checkpoint");
+  await run.serve({ afterCrash: true });
+  // The dead attempts' held calls may finish now: nobody receives their answers.
+  await run.backend("POST", "/_ctl/release", {});
+  const restoredParticipants = await run.participants();
+  const restoredAt = performance.now();
+  await restore(restoredParticipants, {
+    checkpointId,
+    checkpointDir,
+    episodeIds: scope,
+    deadlineTs: Date.now() / 1000 + 120,
+  });
+  const restoreSeconds = (performance.now() - restoredAt) / 1000;
+  await resume(restoredParticipants, checkpointId, Date.now() / 1000 + 60);
+
+  progress("replace", `${scope.length} replacement attempts`);
+  const before = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
+  const env2 = run.url("counter_env");
+  let failures = 0;
+  let done = 0;
+  await Promise.all(
+    scope.map(async (episode) => {
+      const replacement = episodeId(episode.rollout_id, episode.attempt + 1);
+      const i = Number(episode.rollout_id.slice("rollout-".length));
+      const outcome = await sendRun(env2, runBody(replacement, i));
+      done += 1;
+      progress("replace", `${done}/${scope.length} replacements finished`);
+      const reward = outcome.body?.result?.reward;
+      if (outcome.status !== 200 || typeof reward !== "number") {
+        failures += 1;
+        problems.push(
+          `${captureKey(replacement)}: ${outcome.status} ${JSON.stringify(outcome.body?.failure ?? outcome.body)}`,
+        );
+        return;
+      }
+      count(reward);
+      if (reward !== 1) problems.push(`${captureKey(replacement)} was rewarded ${reward}, not 1`);
+    }),
+  );
+  const after = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
+  const newCalls = after.calls.slice(before.calls.length);
+  const continued = newCalls.filter(
+    (call) => call.continued_from !== null && call.reused_prefix_tokens > 0,
+  );
+
+  // The contract.
+  for (const episode of inFlight) {
+    const key = captureKey(episode);
+    if (!scope.some((e) => captureKey(e) === key)) continue;
+    if (!envExported.has(key)) problems.push(`${key} was in flight but not exported`);
+  }
+  for (const call of newCalls) {
+    if (call.rollout !== null && !call.rollout.endsWith("-a1")) {
+      problems.push(`a call of ${call.rollout} ran after the restore: only replacements may call`);
+    }
+  }
+  for (const call of newCalls) {
+    if (
+      call.continued_from !== null &&
+      (call.reused_prefix_tokens === 0 || call.capture !== "staged")
+    ) {
+      problems.push(
+        `${call.rollout}: the continuation of ${call.continued_from} reused nothing (${call.capture_error ?? call.capture})`,
+      );
+    }
+  }
+  const firstCalls = newCalls.filter((call) => call.continued_from === null);
+  if (firstCalls.length > 0) {
+    problems.push(
+      `${firstCalls.length} replacement calls regenerated instead of continuing their cut`,
+    );
+  }
+  return {
+    rollouts: options.rollouts,
+    finishedBeforeCheckpoint: finishedBefore.size,
+    inFlight: inFlight.length,
+    exported: envExported.size,
+    restarts: prepared.restarts().length,
+    cutCalls,
+    prepareSeconds,
+    commitSeconds,
+    restoreSeconds,
+    replacementFailures: failures,
+    continuedFromCut: continued.length,
+    rewards,
+    problems,
+  };
+}
