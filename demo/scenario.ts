@@ -89,14 +89,14 @@ async function sendRun(url: string, body: unknown): Promise<RunOutcome> {
 async function until<T>(
   what: string,
   probe: () => Promise<T | null>,
-  timeoutMs = 60_000,
+  timeoutMs: number,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value !== null) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 
@@ -146,12 +146,16 @@ export async function runScenario(
     "send",
     `${options.rollouts} rollouts sent; waiting for them to reach their second model call`,
   );
-  await until("the rollouts to reach their held call", async () => {
-    const { calls } = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
-    const held = calls.filter((call) => call.held && !call.returned).length;
-    progress("send", `${held}/${expectedHeld} in flight, ${replied.size} finished`);
-    return held >= expectedHeld && replied.size >= options.rollouts - expectedHeld ? held : null;
-  });
+  await until(
+    "the rollouts to reach their held call",
+    async () => {
+      const { calls } = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
+      const held = calls.filter((call) => call.held && !call.returned).length;
+      progress("send", `${held}/${expectedHeld} in flight, ${replied.size} finished`);
+      return held >= expectedHeld && replied.size >= options.rollouts - expectedHeld ? held : null;
+    },
+    60_000 + options.rollouts * 100,
+  );
 
   // Checkpoint while they are in flight.
   const participants = await run.participants();

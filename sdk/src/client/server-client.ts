@@ -12,6 +12,13 @@ import {
   type UnreachableReason,
 } from "./errors.js";
 
+/**
+ * Idle keep-alive connections are dropped after 4 s on this side, well before a gym server
+ * drops them (65 s): a request is never sent on a connection the server is closing, which would
+ * fail it after it may have been sent (and nothing is re-sent).
+ */
+export const IDLE = { keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 } as const;
+
 /** Options of a {@link ServerClient}; resolved and validated once at construction. */
 export interface ServerClientOptions {
   /**
@@ -111,10 +118,12 @@ export class ServerClient {
     this.#data = new Agent({
       connections: this.options.dataConnectionsPerServer || null,
       connect,
+      ...IDLE,
     });
     this.#control = new Agent({
       connections: this.options.controlConnectionsPerServer || null,
       connect,
+      ...IDLE,
     });
   }
 

@@ -8,7 +8,9 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Request, Response } from "express";
+import { Agent, fetch } from "undici";
 import { z } from "zod";
+import { IDLE } from "../client/server-client.js";
 import { CaptureAdmissionSchema, type CaptureAdmissionInput } from "../capture/admission.js";
 import { conversationDigest } from "../capture/fingerprints.js";
 import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
@@ -82,6 +84,8 @@ export class PolicyModelServer extends Server {
   #ledger: CaptureLedger | null = null;
   #cuts: CutRequester | null = null;
   #checkpointId = "";
+  /** The backend's pool: generations can take long, and many run at once. */
+  readonly #backend = new Agent({ ...IDLE, headersTimeout: 0, bodyTimeout: 0 });
 
   constructor(options: ServerOptions) {
     super(options);
@@ -180,6 +184,7 @@ export class PolicyModelServer extends Server {
   }): Promise<ChatCompletionLike & { ng_commit_coords?: unknown }> {
     const url = new URL(`${this.backendUrl()}/chat/completions`);
     const response = await fetch(url, {
+      dispatcher: this.#backend,
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify(input.body),
@@ -331,6 +336,7 @@ export class PolicyModelServer extends Server {
   ): Promise<undefined> {
     const url = new URL(`${this.backendUrl()}/chat/completions`);
     const upstream = await fetch(url, {
+      dispatcher: this.#backend,
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ ...chat, stream: true }),
@@ -458,6 +464,7 @@ export class PolicyModelServer extends Server {
   override async close(): Promise<void> {
     await this.#cuts?.close();
     await super.close();
+    await this.#backend.destroy();
   }
 }
 

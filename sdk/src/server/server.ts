@@ -307,6 +307,10 @@ export class Server {
     if (this.#http !== null) throw new ConfigError(`server ${this.name} is already listening`);
     const host = options.host ?? "127.0.0.1";
     const http = createServer(this.app());
+    // Longer than any client's idle keep-alive (the SDK's clients drop theirs after 4 s), so a
+    // client never sends a request on a connection this side is closing.
+    http.keepAliveTimeout = 65_000;
+    http.headersTimeout = 66_000;
     this.#http = http;
     // While closing, a keep-alive connection is cut as soon as its last response is sent.
     http.on("request", (_req, res) => {

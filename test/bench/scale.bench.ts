@@ -1,0 +1,59 @@
+/**
+ * `npm run bench:scale -- --rollouts 8000`: the demo's crash scenario at scale. Every rollout is
+ * held inside its second model call (the per-rollout hold), the deployment is checkpointed, its
+ * Gym processes are killed, restored and resumed, and the replacements run. Prints prepare per
+ * stage, commit and restore seconds, rollouts in flight, exported, and replacement failures, and
+ * checks the contract (every rollout finished before the checkpoint or was exported; every
+ * exported one completes after the restore). Figures only: nothing here asserts on time.
+ */
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { Command } from "commander";
+import { DeploymentRun } from "../../demo/deployment-run.js";
+import { runScenario } from "../../demo/scenario.js";
+
+const options = new Command("bench:scale")
+  .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
+  .option("--dir <dir>", "run directory (default: a new temporary directory)")
+  .parse()
+  .opts<{ rollouts: number; dir?: string }>();
+
+const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
+const run = new DeploymentRun(dir);
+let last = 0;
+try {
+  const report = await runScenario(run, {
+    rollouts: options.rollouts,
+    progress: (stage, detail) => {
+      if (Date.now() - last > 2000 || stage !== "send") {
+        process.stderr.write(`${stage.padEnd(8)} ${detail ?? ""}\n`);
+        last = Date.now();
+      }
+    },
+  });
+  const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
+  const rows: [string, string][] = [
+    ["rollouts", String(report.rollouts)],
+    ["in flight at the checkpoint", String(report.inFlight)],
+    ["exported", String(report.exported)],
+    ["generations cut", String(report.cutCalls)],
+    ["prepare environment (s)", s(report.prepareSeconds.environment)],
+    ["prepare model (s)", s(report.prepareSeconds.model)],
+    ["prepare agent (s)", s(report.prepareSeconds.agent)],
+    ["prepare resources (s)", s(report.prepareSeconds.resources)],
+    ["commit (s)", s(report.commitSeconds)],
+    ["restore (s)", s(report.restoreSeconds)],
+    ["replacement failures", String(report.replacementFailures)],
+    ["contract problems", String(report.problems.length)],
+  ];
+  const width = Math.max(...rows.map(([k]) => k.length));
+  process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
+  for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
+  await run.stop();
+  process.exit(report.problems.length === 0 ? 0 : 1);
+} catch (error) {
+  process.stderr.write(`bench failed: ${(error as Error).stack ?? String(error)}\n`);
+  await run.stop().catch(() => undefined);
+  process.exit(1);
+}
