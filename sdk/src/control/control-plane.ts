@@ -619,6 +619,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#write = newWrite;
       throw CheckpointError.exportFailed(id, newWrite.failed);
     }
+    // A refusal of the request itself (not of the cut): the checkpoint may still commit.
+    this.participant.checkCommit(request.episode_ids);
     if (request.episode_ids !== null) {
       const restarts = new Set(this.participant.readiness().restarts);
       const offending = sortedCaptureKeys(request.episode_ids).filter((key) => restarts.has(key));

@@ -66,6 +66,12 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
     this.retired.mark(episodes);
   }
 
+  /**
+   * Throws (a typed error) to refuse a commit request before anything is exported, e.g. one
+   * without the scope this participant needs; a retry with other arguments may still commit.
+   */
+  checkCommit(_scope: readonly EpisodeId[] | null): void {}
+
   /** Throws to refuse a forget that would make retired state live again. */
   checkForget(_rolloutIds: readonly string[]): void {}
 

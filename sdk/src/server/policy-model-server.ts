@@ -217,12 +217,14 @@ export class PolicyModelServer extends Server {
       delete chat.stream;
       if (ticket !== null) ticket.restartReason = restartReason(body);
       let admission: CaptureAdmissionInput | null = null;
+      let unresolved: string | null = null;
       const modelCallId = `call_${randomUUID().replaceAll("-", "")}`;
       if (captured) {
         const key = rollout.captureKey;
         const lineage = resolveLineage(key, modelCallId, items, await this.#ledgerRows(key));
         if (lineage.kind === "unresolved") {
-          await this.#ledger?.recordFailure(key, modelCallId, lineage.reason);
+          // Like a row, the failure is published only once the response starts.
+          unresolved = lineage.reason;
         } else {
           admission = lineage.admission;
           if (ticket !== null) {
@@ -244,9 +246,11 @@ export class PolicyModelServer extends Server {
       const completion = await this.generate({ body: chat, signal: callSignal });
       const response = responseOf(completion, this.modelConfig.model);
       const row =
-        admission === null
-          ? null
-          : this.#rowOf(admission, completion.ng_commit_coords, items, response, ticket);
+        unresolved !== null
+          ? { failure: unresolved }
+          : admission === null
+            ? null
+            : this.#rowOf(admission, completion.ng_commit_coords, items, response, ticket);
       if (ticket !== null && participant !== null) await participant.gate.deliver(ticket, signal);
       if (row !== null && rollout !== null) {
         await this.#publish(rollout.captureKey, modelCallId, row);
@@ -347,6 +351,7 @@ export class PolicyModelServer extends Server {
     }
     const responseId = `resp_${randomUUID().replaceAll("-", "")}`;
     let text = "";
+    const calls: { id: string; name: string; arguments: string }[] = [];
     let started = false;
     const decoder = new TextDecoder();
     let buffer = "";
@@ -381,17 +386,65 @@ export class PolicyModelServer extends Server {
           .join("\n");
         // Keep-alive comments and empty frames carry no answer: they start nothing.
         if (data.length === 0 || data === "[DONE]") continue;
-        const delta = (JSON.parse(data) as { choices?: { delta?: { content?: unknown } }[] })
-          .choices?.[0]?.delta?.content;
-        if (typeof delta !== "string" || delta.length === 0) continue;
+        const chunk = JSON.parse(data) as {
+          choices?: {
+            delta?: {
+              content?: unknown;
+              tool_calls?: {
+                index?: number;
+                id?: string;
+                function?: { name?: string; arguments?: string };
+              }[];
+            };
+          }[];
+        };
+        const delta = chunk.choices?.[0]?.delta;
+        const content = typeof delta?.content === "string" ? delta.content : "";
+        const toolDeltas = delta?.tool_calls ?? [];
+        // Only answer data starts a response: role-only and empty deltas do not.
+        if (content.length === 0 && toolDeltas.length === 0) continue;
         await start();
-        text += delta;
-        res.write(sse("response.output_text.delta", { type: "response.output_text.delta", delta }));
+        if (content.length > 0) {
+          text += content;
+          res.write(
+            sse("response.output_text.delta", {
+              type: "response.output_text.delta",
+              delta: content,
+            }),
+          );
+        }
+        for (const part of toolDeltas) {
+          const index = part.index ?? 0;
+          const call = (calls[index] ??= { id: "", name: "", arguments: "" });
+          if (part.id !== undefined) call.id = part.id;
+          if (part.function?.name !== undefined) call.name += part.function.name;
+          if (part.function?.arguments !== undefined) {
+            call.arguments += part.function.arguments;
+            res.write(
+              sse("response.function_call_arguments.delta", {
+                type: "response.function_call_arguments.delta",
+                output_index: index,
+                delta: part.function.arguments,
+              }),
+            );
+          }
+        }
       }
     }
     await start();
+    const toolCalls = calls
+      .filter((call) => call !== undefined)
+      .map((call) => ({ id: call.id, function: { name: call.name, arguments: call.arguments } }));
     const response = responseOf(
-      { id: responseId.slice(5), choices: [{ message: { content: text }, finish_reason: "stop" }] },
+      {
+        id: responseId.slice(5),
+        choices: [
+          {
+            message: { content: text, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) },
+            finish_reason: toolCalls.length > 0 ? "tool_calls" : "stop",
+          },
+        ],
+      },
       this.modelConfig.model,
     );
     res.write(sse("response.completed", { type: "response.completed", response }));

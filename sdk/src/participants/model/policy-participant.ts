@@ -138,13 +138,18 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     throw new Error("the model participant exports through export()");
   }
 
-  override async export(scope: readonly EpisodeId[] | null): Promise<ModelRecord[]> {
+  override checkCommit(scope: readonly EpisodeId[] | null): void {
     if (scope === null) {
       throw new CheckpointError(
         "checkpoint_error",
         "model commit needs the episode_ids the controller continues from this checkpoint",
       );
     }
+  }
+
+  override async export(scope: readonly EpisodeId[] | null): Promise<ModelRecord[]> {
+    this.checkCommit(scope);
+    if (scope === null) return [];
     const ledger = this.#ledger;
     if (ledger === null) return [];
     const undelivered = this.gate.undeliveredCallIds();
