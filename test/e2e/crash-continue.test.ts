@@ -246,7 +246,7 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
   it("checkpoints again before a restored episode was sent, while another replacement is mid-flight", async () => {
     await run.hold({ after_calls_per_rollout: 1 });
     const pending = run.start(again, 1);
-    const [[, heldCall]] = [...(await run.heldCalls([again.key(1)]))];
+    const heldCall = [...(await run.heldCalls([again.key(1)])).values()][0];
     expect(heldCall?.n_messages).toBeGreaterThan(3);
     const { committed } = await checkpoint(participants, "ckpt2", ckpt2, () => [twice.episode(1)]);
     // The unclaimed restored episode is exported as it was restored; nothing else.

@@ -82,7 +82,7 @@ describe.sequential(
       await run.script(scriptOf([retired, sentinel]));
       await run.hold({ after_calls_per_rollout: 1 });
       const pending = run.start(retired);
-      const [[, inFlight]] = [...(await run.heldCalls([retired.key()]))];
+      const inFlight = [...(await run.heldCalls([retired.key()])).values()][0];
 
       const replies = await retire(participants, "retire-1", [retired.episode()], deadline());
       expect(Object.keys(replies).sort()).toEqual(participants.members.map((m) => m.name).sort());
