@@ -320,7 +320,9 @@ export class Server {
     });
     await new Promise<void>((resolve, reject) => {
       http.once("error", reject);
-      http.listen(options.port ?? 0, host, () => {
+      // A deep accept queue: thousands of rollouts connect at once (the kernel caps it at
+      // net.core.somaxconn); Node's default of 511 times connections out under such bursts.
+      http.listen({ port: options.port ?? 0, host, backlog: 65_535 }, () => {
         http.off("error", reject);
         resolve();
       });
