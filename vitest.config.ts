@@ -4,9 +4,17 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   // Reference servers import the SDK by package name; tests run them against its source.
   resolve: {
-    alias: {
-      "gym-participant-sdk": fileURLToPath(new URL("./sdk/src/index.ts", import.meta.url)),
-    },
+    // The subpath first: an alias matches the longest key only if it is listed first.
+    alias: [
+      {
+        find: /^gym-participant-sdk\/testing$/,
+        replacement: fileURLToPath(new URL("./sdk/src/testing/index.ts", import.meta.url)),
+      },
+      {
+        find: /^gym-participant-sdk$/,
+        replacement: fileURLToPath(new URL("./sdk/src/index.ts", import.meta.url)),
+      },
+    ],
   },
   test: {
     include: ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
