@@ -146,13 +146,29 @@ export async function runScenario(
     "send",
     `${options.rollouts} rollouts sent; waiting for them to reach their second model call`,
   );
+  // Until every rollout is held or has replied; a run that stops making progress for 20 s is
+  // checkpointed as it stands (the stragglers are reported as problems).
+  let lastSeen = "";
+  let lastChange = Date.now();
   await until(
     "the rollouts to reach their held call",
     async () => {
       const { calls } = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
       const held = calls.filter((call) => call.held && !call.returned).length;
       progress("send", `${held}/${expectedHeld} in flight, ${replied.size} finished`);
-      return held >= expectedHeld && replied.size >= options.rollouts - expectedHeld ? held : null;
+      const seen = `${held}/${replied.size}`;
+      if (seen !== lastSeen) {
+        lastSeen = seen;
+        lastChange = Date.now();
+      }
+      if (held >= expectedHeld && replied.size >= options.rollouts - expectedHeld) return held;
+      if (held > 0 && Date.now() - lastChange > 20_000) {
+        problems.push(
+          `${options.rollouts - held - replied.size} rollouts neither replied nor reached their held call before the checkpoint`,
+        );
+        return held;
+      }
+      return null;
     },
     60_000 + options.rollouts * 100,
   );

@@ -1,4 +1,4 @@
-import { Agent, type Dispatcher } from "undici";
+import { Agent, Pool, type Dispatcher } from "undici";
 import { ConfigError } from "../errors.js";
 import { timeoutSignal } from "../util/deadline.js";
 import { captureKey, type EpisodeId } from "../identity/episode-id.js";
@@ -32,6 +32,13 @@ export interface ServerClientOptions {
    * @default 16
    */
   readonly controlConnectionsPerServer?: number;
+  /**
+   * Connections per resources server for data calls (tool calls, seed, verify, close: short
+   * calls that may come in bursts of thousands). 0 means no limit. Calls to other kinds hold
+   * their connection for a whole generation or activation and follow `dataConnectionsPerServer`.
+   * @default 256
+   */
+  readonly resourcesConnectionsPerServer?: number;
   /** Bound on a data call without its own `timeoutMs`, in ms. @default 3_600_000 (one hour) */
   readonly dataTimeoutMs?: number;
   /** Bound on establishing a connection, in ms. @default 10_000 */
@@ -40,6 +47,7 @@ export interface ServerClientOptions {
 
 interface CompiledOptions {
   readonly dataConnectionsPerServer: number;
+  readonly resourcesConnectionsPerServer: number;
   readonly controlConnectionsPerServer: number;
   readonly dataTimeoutMs: number;
   readonly connectTimeoutMs: number;
@@ -48,6 +56,7 @@ interface CompiledOptions {
 function compile(options: ServerClientOptions): CompiledOptions {
   const compiled = {
     dataConnectionsPerServer: options.dataConnectionsPerServer ?? 0,
+    resourcesConnectionsPerServer: options.resourcesConnectionsPerServer ?? 256,
     controlConnectionsPerServer: options.controlConnectionsPerServer ?? 16,
     dataTimeoutMs: options.dataTimeoutMs ?? 3_600_000,
     connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
@@ -115,10 +124,28 @@ export class ServerClient {
     this.deployment = deployment;
     this.options = compile(options);
     const connect = { timeout: this.options.connectTimeoutMs };
+    const resourceOrigins = new Set(
+      Object.values(deployment.servers)
+        .filter((server) => server.kind === "resources")
+        .map((server) => new URL(server.url).origin),
+    );
+    const dataLimit = this.options.dataConnectionsPerServer || null;
+    const ownLimit = this.options.resourcesConnectionsPerServer || null;
+    // dataConnectionsPerServer caps every data pool; resources pools may be capped lower.
+    const resourcesLimit =
+      dataLimit === null || ownLimit === null
+        ? (dataLimit ?? ownLimit)
+        : Math.min(dataLimit, ownLimit);
     this.#data = new Agent({
-      connections: this.options.dataConnectionsPerServer || null,
+      connections: dataLimit,
       connect,
       ...IDLE,
+      // Each open connection is a file: a process has a bounded number of them.
+      factory: (origin, options) =>
+        new Pool(origin, {
+          ...options,
+          connections: resourceOrigins.has(String(origin)) ? resourcesLimit : dataLimit,
+        }),
     });
     this.#control = new Agent({
       connections: this.options.controlConnectionsPerServer || null,

@@ -76,6 +76,8 @@ afterEach(async () => {
   held = 0;
 });
 
+type ResolvedServerEntry = ResolvedDeployment["servers"][string];
+
 function deploymentOf(urls: Record<string, string>, checkpoint = true): ResolvedDeployment {
   const servers: ResolvedDeployment["servers"] = {};
   for (const [name, url] of Object.entries(urls)) {
@@ -154,6 +156,32 @@ describe("ServerClient", () => {
     expect(held).toBe(2);
     gate.resolve();
     expect(await Promise.all(parked)).toEqual([{ held: true }, { held: true }, { held: true }]);
+  });
+
+  it("caps connections to a resources server (short calls in bursts), not to other kinds", async () => {
+    const url = await target();
+    const deployment = deploymentOf({ target: url });
+    const resources = client(deployment, { resourcesConnectionsPerServer: 3 });
+    const parked = Array.from({ length: 5 }, () => resources.get("target", "/hold"));
+    await expect.poll(() => held, { timeout: 5_000 }).toBe(3);
+    // Let the event loop turn: the two calls over the cap stay queued in the client.
+    for (let i = 0; i < 20; i += 1) await new Promise((resolve) => setImmediate(resolve));
+    expect(held).toBe(3);
+    gate.resolve();
+    await Promise.all(parked);
+    gate = deferred();
+    held = 0;
+    const asAgent = {
+      ...deployment,
+      servers: {
+        target: { ...(deployment.servers.target as ResolvedServerEntry), kind: "agent" as const },
+      },
+    };
+    const agent = client(asAgent, { resourcesConnectionsPerServer: 3 });
+    const free = Array.from({ length: 5 }, () => agent.get("target", "/hold"));
+    await expect.poll(() => held, { timeout: 5_000 }).toBe(5);
+    gate.resolve();
+    await Promise.all(free);
   });
 
   it("turns an error envelope into a typed error with the remote code", async () => {
