@@ -216,7 +216,10 @@ export async function runScenario(
     const outcome = await (first.get(key) as Promise<RunOutcome>);
     const reward = outcome.body?.result?.reward;
     if (typeof reward === "number") count(reward);
-    if (reward !== 1) problems.push(`${key} finished before the checkpoint with reward ${reward}`);
+    if (reward !== 1) {
+      const why = outcome.body?.failure?.failure_reason ?? `reward ${String(reward)}`;
+      problems.push(`${key} finished before the checkpoint: ${why}`);
+    }
     first.delete(key);
   }
 
