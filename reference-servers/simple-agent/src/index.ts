@@ -10,6 +10,7 @@ import {
   ACTIVATION_HEADER,
   AgentServer,
   CheckpointStateError,
+  InvalidRequestError,
   TOKEN_CAPTURE_SEGMENT,
   captureKey,
   cookieHeader,
@@ -81,7 +82,14 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
   protected override createSessionState(input: {
     readonly request: AgentSeedRequest;
   }): SimpleSessionState {
-    return buildSessionState(input.request, this.simpleConfig.tool_accesses);
+    try {
+      return buildSessionState(input.request, this.simpleConfig.tool_accesses);
+    } catch (error) {
+      // A seed asking for what this agent cannot serve is the caller's to fix: 422, not 500.
+      throw new InvalidRequestError((error as Error).message, [
+        { path: [], message: (error as Error).message },
+      ]);
+    }
   }
 
   protected override closeSessionState(input: {

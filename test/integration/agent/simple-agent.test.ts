@@ -346,11 +346,16 @@ describe("seed validation", () => {
     connection: { transport: "http", url: "http://127.0.0.1:1/mcp" },
   });
 
-  it("refuses sandbox access, a required MCP grant, and two direct grants (as server errors)", async () => {
+  it("refuses sandbox access, a required MCP grant, and two direct grants with 422 invalid_request", async () => {
     const url = await agentWith({ tool_accesses: [grant("configured", "http://127.0.0.1:1")] });
-    await seedReq(url, { sandbox_access: { image: "x" } }).expect(500);
-    await seedReq(url, { tool_accesses: [mcp("m", true)] }).expect(500);
-    await seedReq(url, { tool_accesses: [grant("other", "http://127.0.0.1:2")] }).expect(500);
+    for (const body of [
+      { sandbox_access: { image: "x" } },
+      { tool_accesses: [mcp("m", true)] },
+      { tool_accesses: [grant("other", "http://127.0.0.1:2")] },
+    ]) {
+      const res = await seedReq(url, body).expect(422);
+      expect(res.body.error.code).toBe("invalid_request");
+    }
   });
 
   it("a seed's grant replaces the configured one of its name; an optional MCP grant is ignored", async () => {

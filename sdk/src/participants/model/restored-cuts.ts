@@ -7,7 +7,7 @@
  * @module
  */
 import type { GenerationCutRecord } from "../../capture/continuation.js";
-import { captureKey, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
+import { fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
 
 /** A generation cut record (the wire model {@link GenerationCutRecord}). */
 export type CutRecord = GenerationCutRecord;
@@ -80,10 +80,5 @@ export class RestoredCuts {
     if (held === claim.record || held?.model_call_id === claim.modelCallId) {
       this.#cuts.delete(claim.key);
     }
-  }
-
-  /** The capture key a record continues from (for diagnostics). */
-  static targetOf(episode: EpisodeId): string {
-    return captureKey(episode);
   }
 }
