@@ -62,6 +62,8 @@ export class DeploymentRun {
   constructor(
     /** Where state, logs, the capture ledger, the token store and checkpoints live. */
     readonly dir: string,
+    /** Extra environment for the deployment file's `${VAR}` references (and the servers). */
+    env: NodeJS.ProcessEnv = {},
   ) {
     mkdirSync(dir, { recursive: true });
     const text = readFileSync(path.join(REFERENCE, "deployment.yaml"), "utf8").replaceAll(
@@ -76,6 +78,7 @@ export class DeploymentRun {
       GYM_RUN_DIR: dir,
       GYM_CONTROL_TOKEN: process.env.GYM_CONTROL_TOKEN ?? CONTROL_TOKEN,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "warn",
+      ...env,
     };
   }
 

@@ -10,6 +10,7 @@ import {
   prepare,
   restore,
   resume,
+  type MemberTiming,
   type PrepareResult,
 } from "../sdk/src/client/coordination.js";
 import { captureKey, episodeId, type EpisodeId } from "../sdk/src/identity/episode-id.js";
@@ -27,6 +28,9 @@ export interface ScenarioReport {
   readonly prepareSeconds: Readonly<Partial<Record<ParticipantKind, number>>>;
   readonly commitSeconds: number;
   readonly restoreSeconds: number;
+  /** Each kind's slowest commit and restore, in seconds (who the totals wait for). */
+  readonly commitSecondsByKind: Readonly<Partial<Record<ParticipantKind, number>>>;
+  readonly restoreSecondsByKind: Readonly<Partial<Record<ParticipantKind, number>>>;
   readonly replacementFailures: number;
   readonly continuedFromCut: number;
   readonly rewards: Readonly<Record<string, number>>;
@@ -110,6 +114,20 @@ interface BackendCall {
   readonly capture_error: string | null;
 }
 
+/** Keeps each kind's slowest member time, in seconds. */
+function slowestByKind(): {
+  seconds: Partial<Record<ParticipantKind, number>>;
+  record: MemberTiming;
+} {
+  const seconds: Partial<Record<ParticipantKind, number>> = {};
+  return {
+    seconds,
+    record: (member, ms) => {
+      seconds[member.kind] = Math.max(seconds[member.kind] ?? 0, ms / 1000);
+    },
+  };
+}
+
 /** Runs the scenario on a deployment that is not running yet; leaves it running (restored). */
 export async function runScenario(
   run: DeploymentRun,
@@ -177,6 +195,7 @@ export async function runScenario(
   const participants = await run.participants();
   const checkpointId = `demo-${Date.now()}`;
   const prepareSeconds: Partial<Record<ParticipantKind, number>> = {};
+  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   progress("prepare", "environment → model → agent → resources");
   const prepared: PrepareResult = await prepare(
     participants,
@@ -197,13 +216,16 @@ export async function runScenario(
   const checkpointDir = `${run.dir}/checkpoints/${checkpointId}`;
   progress("commit", `${scope.length} episodes continued`);
   const committedAt = performance.now();
+  const commitSecondsByKind = slowestByKind();
   const committed = await commit(participants, {
     checkpointId,
     checkpointDir,
     episodeIds: scope,
     deadlineTs: Date.now() / 1000 + 120,
+    onReply: commitSecondsByKind.record,
   });
   const commitSeconds = (performance.now() - committedAt) / 1000;
+  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   const envExported = new Set(committed.counter_env?.episode_ids ?? []);
   const { cuts } = await run.backend<{ cuts: string[][] }>("GET", "/_ctl/cuts");
   const cutCalls = cuts.reduce((n, round) => n + round.length, 0);
@@ -232,14 +254,18 @@ export async function runScenario(
   // The dead attempts' held calls may finish now: nobody receives their answers.
   await run.backend("POST", "/_ctl/release", {});
   const restoredParticipants = await run.participants();
+  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   const restoredAt = performance.now();
+  const restoreSecondsByKind = slowestByKind();
   await restore(restoredParticipants, {
     checkpointId,
     checkpointDir,
     episodeIds: scope,
     deadlineTs: Date.now() / 1000 + 120,
+    onReply: restoreSecondsByKind.record,
   });
   const restoreSeconds = (performance.now() - restoredAt) / 1000;
+  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   await resume(restoredParticipants, checkpointId, Date.now() / 1000 + 60);
 
   progress("replace", `${scope.length} replacement attempts`);
@@ -309,6 +335,8 @@ export async function runScenario(
     prepareSeconds,
     commitSeconds,
     restoreSeconds,
+    commitSecondsByKind: commitSecondsByKind.seconds,
+    restoreSecondsByKind: restoreSecondsByKind.seconds,
     replacementFailures: failures,
     continuedFromCut: continued.length,
     rewards,

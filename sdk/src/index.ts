@@ -145,6 +145,7 @@ export type {
   CommitOptions,
   DiscoverOptions,
   Member,
+  MemberTiming,
   Participants,
   RestoreOptions,
 } from "./client/coordination.js";

@@ -16,11 +16,20 @@ import { runScenario } from "../../demo/scenario.js";
 const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
   .option("--dir <dir>", "run directory (default: a new temporary directory)")
+  .option(
+    "--cleanup-timeout <seconds>",
+    "the environments' cleanup_timeout_seconds (default: 30 s + 10 ms per rollout)",
+    (v) => Number.parseFloat(v),
+  )
   .parse()
-  .opts<{ rollouts: number; dir?: string }>();
+  .opts<{ rollouts: number; dir?: string; cleanupTimeout?: number }>();
+// Every rollout is sent at once: on two cores a session close queues behind thousands of others,
+// so the bound on cleanup calls grows with the load (it is there to catch a hung server).
+const cleanupTimeout = options.cleanupTimeout ?? 30 + options.rollouts / 100;
 
+const KINDS = ["environment", "model", "agent", "resources"] as const;
 const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
-const run = new DeploymentRun(dir);
+const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
 let last = 0;
 try {
   const report = await runScenario(run, {
@@ -35,6 +44,7 @@ try {
   const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
   const rows: [string, string][] = [
     ["rollouts", String(report.rollouts)],
+    ["cleanup_timeout_seconds", String(cleanupTimeout)],
     ["in flight at the checkpoint", String(report.inFlight)],
     ["exported", String(report.exported)],
     ["generations cut", String(report.cutCalls)],
@@ -43,7 +53,12 @@ try {
     ["prepare agent (s)", s(report.prepareSeconds.agent)],
     ["prepare resources (s)", s(report.prepareSeconds.resources)],
     ["commit (s)", s(report.commitSeconds)],
+    ...KINDS.map((k): [string, string] => [`  commit ${k} (s)`, s(report.commitSecondsByKind[k])]),
     ["restore (s)", s(report.restoreSeconds)],
+    ...KINDS.map((k): [string, string] => [
+      `  restore ${k} (s)`,
+      s(report.restoreSecondsByKind[k]),
+    ]),
     ["replacement failures", String(report.replacementFailures)],
     ["contract problems", String(report.problems.length)],
   ];

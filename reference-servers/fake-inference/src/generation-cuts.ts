@@ -9,7 +9,7 @@
 import { randomUUID } from "node:crypto";
 import { fromCaptureKey, InvalidRequestError } from "gym-participant-sdk";
 import type { CallLog } from "./call-log.js";
-import type { LiveCalls } from "./live-calls.js";
+import type { LiveCall, LiveCalls } from "./live-calls.js";
 import {
   CaptureError,
   GenerationCutPrefixAckSchema,
@@ -21,6 +21,7 @@ import {
   type GenerationCutPrefix,
   type GenerationCutPrefixAck,
   type GenerationCutReceipt,
+  type StagedCallRecord,
   type RolloutTokenCapture,
 } from "./sdk-capture.js";
 import type { TokenStore } from "./token-store.js";
@@ -84,8 +85,23 @@ export class GenerationCutter {
       ]);
     }
     const cutId = `cut-${randomUUID()}`;
-    const acks = await Promise.all(
-      inventory.active_prefixes.map((prefix) => this.#cutOne(prefix, cutId)),
+    // Every prefix of the round is staged in one durable batch: one fsync per round, not per
+    // call, so a round over thousands of calls stays well inside the prepare's budget.
+    const plans = inventory.active_prefixes.map((prefix) => this.#plan(prefix));
+    const staged = plans.filter((plan): plan is CutPlan => !("disposition" in plan));
+    let stagedOk = true;
+    try {
+      await this.deps.store.putMany(staged.map((plan) => [plan.key, plan.record]));
+    } catch (error) {
+      this.deps.logger.warn({ err: error, calls: staged.length }, "cannot stage the cut prefixes");
+      stagedOk = false;
+    }
+    const acks = plans.map((plan) =>
+      "disposition" in plan
+        ? plan
+        : stagedOk
+          ? this.#ack(plan, cutId)
+          : generationCutFailureAck(plan.prefix),
     );
     this.deps.log.recordCutRound(
       acks.filter((ack) => ack.disposition === "durable_prefix").map((ack) => ack.model_call_id),
@@ -102,13 +118,14 @@ export class GenerationCutter {
     return receipt;
   }
 
-  async #cutOne(prefix: GenerationCutPrefix, cutId: string): Promise<GenerationCutPrefixAck> {
+  /** What staging `prefix` needs, or its failure ack when the call cannot be cut. */
+  #plan(prefix: GenerationCutPrefix): CutPlan | GenerationCutPrefixAck {
     const live = this.deps.live.get(prefix.model_call_id);
     if (live === undefined || !sameAttempt(live.call.rolloutId, prefix)) {
       return generationCutFailureAck(prefix);
     }
     const { call } = live;
-    let record;
+    let record: StagedCallRecord;
     try {
       record = this.deps.capture.buildPrefixRecord(call, {
         promptTokenIds: live.enginePrompt,
@@ -122,24 +139,37 @@ export class GenerationCutter {
     }
     const generated = record.token_mask_delta.filter((mask) => mask === 1).length;
     if (generated === 0) return generationCutFailureAck(prefix);
-    const key = cutStagingKey(call.rolloutId, call.modelCallId);
-    try {
-      await this.deps.store.put(key, record);
-    } catch (error) {
-      this.deps.logger.warn({ err: error, key }, "cannot stage a cut prefix");
-      return generationCutFailureAck(prefix);
-    }
-    const finished = live.finishReason;
+    return {
+      prefix,
+      live,
+      record,
+      generated,
+      key: cutStagingKey(call.rolloutId, call.modelCallId),
+    };
+  }
+
+  /** The durable ack of a staged plan. */
+  #ack(plan: CutPlan, cutId: string): GenerationCutPrefixAck {
+    const finished = plan.live.finishReason;
     return GenerationCutPrefixAckSchema.parse({
-      ...prefix,
+      ...plan.prefix,
       disposition: "durable_prefix",
       cut_kind: finished === null ? "active_prefix" : "terminal_completion",
-      frozen_buffer_id: `${cutId}/${call.modelCallId}`,
-      staging_keys: [key],
-      prefix_token_count: generated,
-      prefix_digest: record.digest,
-      effective_output_limit: live.effectiveOutputLimit,
+      frozen_buffer_id: `${cutId}/${plan.live.call.modelCallId}`,
+      staging_keys: [plan.key],
+      prefix_token_count: plan.generated,
+      prefix_digest: plan.record.digest,
+      effective_output_limit: plan.live.effectiveOutputLimit,
       terminal_finish_reason: finished,
     });
   }
+}
+
+/** A call of the round that can be cut, with the record to stage for it. */
+interface CutPlan {
+  readonly prefix: GenerationCutPrefix;
+  readonly live: LiveCall;
+  readonly record: StagedCallRecord;
+  readonly generated: number;
+  readonly key: string;
 }

@@ -2,10 +2,12 @@
  * The backend's durable token store: one JSON file per staged record under a directory, written
  * atomically and synced before a stage returns, so staged tokens outlive every other server of the
  * deployment (and this one). Staging keys are opaque: a key maps to a file name by URI encoding.
+ * A generation-cut round stages its prefixes as one batch file (`*.batch.json`, an object from
+ * key to record) with one fsync, like a real engine's group commit.
  *
  * @module
  */
-import { mkdir, open, readFile, rename } from "node:fs/promises";
+import { mkdir, open, readFile, readdir, rename } from "node:fs/promises";
 import path from "node:path";
 import {
   StagedCallRecordSchema,
@@ -32,6 +34,9 @@ export function stagedFilePath(dir: string, key: string): string {
   return path.join(dir, `${encodeURIComponent(key)}.json`);
 }
 
+/** Name suffix of a batch file (one cut round's prefixes). */
+const BATCH_SUFFIX = ".batch.json";
+
 /**
  * Staged records on disk. As a {@link StagingSink} it stages a completed call under its default
  * key `<capture key>/<model_call_id>`; {@link put} stages under any key (a generation cut's).
@@ -39,7 +44,11 @@ export function stagedFilePath(dir: string, key: string): string {
  */
 export class TokenStore implements StagingSink {
   readonly #cache = new Map<string, StagedCallRecord>();
+  /** Batch files already read into the cache (or written by this process). */
+  readonly #batchesRead = new Set<string>();
   #ready: Promise<unknown> | null = null;
+  /** The one scan of batch files on disk: only this store writes them, so once suffices. */
+  #batchScan: Promise<void> | null = null;
   #sequence = 0;
 
   constructor(readonly dir: string) {}
@@ -53,13 +62,28 @@ export class TokenStore implements StagingSink {
 
   /** Writes `record` under `key`, durably: the file and its directory entry are synced. */
   async put(key: string, record: StagedCallRecord): Promise<void> {
+    await this.#writeDurably(stagedFilePath(this.dir, key), JSON.stringify(record));
+    this.#cache.set(key, record);
+  }
+
+  /** Writes every `[key, record]` durably as one batch file: one fsync for all of them. */
+  async putMany(entries: readonly (readonly [string, StagedCallRecord])[]): Promise<void> {
+    if (entries.length === 0) return;
+    const name = `${process.pid}-${Date.now()}-${(this.#sequence += 1)}${BATCH_SUFFIX}`;
+    this.#batchesRead.add(name);
+    const text = JSON.stringify(Object.fromEntries(entries));
+    await this.#writeDurably(path.join(this.dir, name), text);
+    for (const [key, record] of entries) this.#cache.set(key, record);
+  }
+
+  /** Writes `text` to `file` atomically: temporary file, fsync, rename, fsync the directory. */
+  async #writeDurably(file: string, text: string): Promise<void> {
     this.#ready ??= mkdir(this.dir, { recursive: true });
     await this.#ready;
-    const file = stagedFilePath(this.dir, key);
     const temporary = `${file}.${process.pid}.${(this.#sequence += 1)}.tmp`;
     const handle = await open(temporary, "w");
     try {
-      await handle.writeFile(JSON.stringify(record));
+      await handle.writeFile(text);
       await handle.sync();
     } finally {
       await handle.close();
@@ -72,7 +96,26 @@ export class TokenStore implements StagingSink {
     } finally {
       await dir.close();
     }
-    this.#cache.set(key, record);
+  }
+
+  /** Reads batch files on disk into the cache (a restarted backend finds earlier rounds). */
+  async #readBatches(): Promise<void> {
+    let names: string[];
+    try {
+      names = await readdir(this.dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (!name.endsWith(BATCH_SUFFIX) || this.#batchesRead.has(name)) continue;
+      this.#batchesRead.add(name);
+      const batch = safeJson(await readFile(path.join(this.dir, name), "utf8"));
+      if (batch === null || typeof batch !== "object") continue;
+      for (const [key, value] of Object.entries(batch)) {
+        const parsed = StagedCallRecordSchema.safeParse(value);
+        if (parsed.success && !this.#cache.has(key)) this.#cache.set(key, parsed.data);
+      }
+    }
   }
 
   /** The record staged under `key`. Throws {@link TokenStoreError} when missing or corrupt. */
@@ -83,6 +126,10 @@ export class TokenStore implements StagingSink {
     try {
       text = await readFile(stagedFilePath(this.dir, key), "utf8");
     } catch (error) {
+      this.#batchScan ??= this.#readBatches();
+      await this.#batchScan;
+      const batched = this.#cache.get(key);
+      if (batched !== undefined) return batched;
       throw new TokenStoreError(`no staged record under '${key}'`, key, { cause: error });
     }
     const parsed = StagedCallRecordSchema.safeParse(safeJson(text));

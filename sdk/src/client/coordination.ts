@@ -189,16 +189,19 @@ async function fanOut<T>(
   operation: Operation,
   bytes: Uint8Array,
   deadlineTs: number,
+  onReply?: MemberTiming,
 ): Promise<Record<string, T>> {
   const replies: Record<string, T> = {};
   const failures: Record<string, string> = {};
   await Promise.all(
     members.map(async (member) => {
+      const started = performance.now();
       try {
         replies[member.name] = await participants.client.control<T>(member.name, operation, bytes, {
           token: participants.token,
           timeoutMs: callTimeoutMs(deadlineTs),
         });
+        onReply?.(member, performance.now() - started);
       } catch (error) {
         failures[member.name] = describeFailure(error);
       }
@@ -207,6 +210,9 @@ async function fanOut<T>(
   if (Object.keys(failures).length > 0) throw new CoordinationError(operation, failures);
   return replies;
 }
+
+/** Told each member and how long its call took, in ms, as its reply arrives. */
+export type MemberTiming = (member: Member, elapsedMs: number) => void;
 
 function byKinds(participants: Participants, kinds: readonly ParticipantKind[]): Member[] {
   return participants.members.filter((member) => kinds.includes(member.kind));
@@ -304,6 +310,8 @@ export interface CommitOptions {
   readonly deadlineTs: number;
   /** The controller stops after this checkpoint instead of resuming. @default false */
   readonly stop?: boolean;
+  /** Told each participant's commit time as its reply arrives (for progress and benchmarks). */
+  readonly onReply?: MemberTiming;
 }
 
 /** Commits on every participant at once. */
@@ -324,6 +332,7 @@ export async function commit(
     "commit",
     encode(body),
     options.deadlineTs,
+    options.onReply,
   );
 }
 
@@ -334,6 +343,8 @@ export interface RestoreOptions {
   /** The checkpointed attempts to continue (not the replacements). */
   readonly episodeIds: readonly EpisodeId[];
   readonly deadlineTs: number;
+  /** Told each participant's restore time as its reply arrives. */
+  readonly onReply?: MemberTiming;
 }
 
 /**
@@ -358,6 +369,7 @@ export async function restore(
       "restore",
       encode(body),
       options.deadlineTs,
+      options.onReply,
     );
   } catch (error) {
     const log = participants.logger ?? pino({ level: "silent" });

@@ -3,7 +3,7 @@
  * refused lineage, generation cuts of held calls and their continuation from the durable token
  * store (by a fresh backend process on the same directory), and the cut route's bearer.
  */
-import { access, mkdtemp, readFile, rm } from "node:fs/promises";
+import { access, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import request from "supertest";
@@ -12,6 +12,7 @@ import FakeInferenceServer, {
   renderPrompt,
   stagedFilePath,
 } from "../../../reference-servers/fake-inference/src/index.js";
+import { TokenStore } from "../../../reference-servers/fake-inference/src/token-store.js";
 import { chainHash, hashTokenIds } from "../../../sdk/src/capture/digests.js";
 import {
   GenerationCutReceiptSchema,
@@ -83,9 +84,9 @@ function send(server: FakeInferenceServer, body: Record<string, unknown>) {
     });
 }
 
+/** A staged record as a backend started now would read it (a file of its own or a batch's). */
 async function staged(key: string) {
-  const raw = await readFile(stagedFilePath(store, key), "utf8");
-  return StagedCallRecordSchema.parse(JSON.parse(raw));
+  return StagedCallRecordSchema.parse(await new TokenStore(store).get(key));
 }
 
 async function callLog(server: FakeInferenceServer) {

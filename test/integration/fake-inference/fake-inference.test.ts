@@ -2,7 +2,7 @@
  * The fake inference backend as a scripted chat completions server: turns in script order,
  * deterministic tokens, the output budget, streaming, holds and the call log.
  */
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import request from "supertest";
@@ -13,6 +13,7 @@ import FakeInferenceServer, {
   stagedFilePath,
   tokenize,
 } from "../../../reference-servers/fake-inference/src/index.js";
+import { TokenStore } from "../../../reference-servers/fake-inference/src/token-store.js";
 import { StagedCallRecordSchema } from "../../../sdk/src/capture/records.js";
 
 let dir: string;
@@ -172,6 +173,27 @@ describe("deterministic tokens", () => {
       prompt_tokens: prompt.length,
       completion_tokens: renderMessage(reply).length,
     });
+  });
+});
+
+describe("token store", () => {
+  it("stages a batch with one file that a store started later still reads", async () => {
+    const server = start(path.join(dir, "a"));
+    await complete(server, { messages: [USER], ng_capture: text("r", "c1") });
+    const raw = await readFile(stagedFilePath(path.join(dir, "a"), "r/c1"), "utf8");
+    const record = StagedCallRecordSchema.parse(JSON.parse(raw));
+
+    const batchDir = path.join(dir, "batch");
+    await new TokenStore(batchDir).putMany([
+      ["cut/r/c1", record],
+      ["cut/r/c2", record],
+    ]);
+    expect((await readdir(batchDir)).filter((name) => !name.endsWith(".tmp"))).toHaveLength(1);
+
+    const restarted = new TokenStore(batchDir);
+    expect(await restarted.get("cut/r/c2")).toEqual(record);
+    expect(await restarted.prefixOf(["cut/r/c1"])).toEqual(record.token_ids_delta);
+    await expect(restarted.get("cut/r/c3")).rejects.toThrow(/no staged record under 'cut\/r\/c3'/);
   });
 });
 

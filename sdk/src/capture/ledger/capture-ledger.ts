@@ -211,6 +211,17 @@ export class CaptureLedger {
   }
 
   /**
+   * {@link exportRows} of each of `keys`, in order, several reads at a time: a commit exports
+   * thousands of ledgers and one read at a time leaves the file system idle.
+   */
+  async exportRowsOf(
+    keys: readonly string[],
+    undelivered: ReadonlySet<string>,
+  ): Promise<LedgerRow[][]> {
+    return await mapLimited(keys, FILE_CONCURRENCY, (key) => this.exportRows(key, undelivered));
+  }
+
+  /**
    * Retires the ledgers of `keys` (spec §5.5): writes each key's fence (also for keys that
    * never recorded), fsyncs the directory once, then deletes each ledger and started marker.
    * Afterwards {@link hasRows} and {@link manifest} throw {@link RolloutRetiredError} and late

@@ -155,9 +155,11 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     const undelivered = this.gate.undeliveredCallIds();
     const latest = this.#latestCuts();
     const records: ModelRecord[] = [];
-    for (const episode of scope) {
-      const key = captureKey(episode);
-      const rows = await ledger.exportRows(key, undelivered);
+    const keys = scope.map(captureKey);
+    const rowsOf = await ledger.exportRowsOf(keys, undelivered);
+    for (const [i, episode] of scope.entries()) {
+      const key = keys[i] as string;
+      const rows = rowsOf[i] ?? [];
       const cut = latest.get(key) ?? this.restoredCuts.get(key);
       const cuts = cut === undefined ? [] : [cut];
       if (rows.length === 0 && cuts.length === 0) continue;
