@@ -194,7 +194,11 @@ export class PolicyModelServer extends Server {
     if (!response.ok) {
       throw new BackendError(response.status, text.slice(0, 500));
     }
-    return JSON.parse(text) as ChatCompletionLike & { ng_commit_coords?: unknown };
+    try {
+      return JSON.parse(text) as ChatCompletionLike & { ng_commit_coords?: unknown };
+    } catch {
+      throw new BackendError(response.status, `a body that is not JSON: ${text.slice(0, 200)}`);
+    }
   }
 
   async #responses(
@@ -521,14 +525,19 @@ export class PolicyModelServer extends Server {
   }
 }
 
-/** A backend that answered with an error status. */
-export class BackendError extends Error {
+/**
+ * The inference backend failed a call: it answered an error status or a body that is not a
+ * chat completion. Answered as 502 with `{"detail": ...}`: the fault is upstream of this server.
+ */
+export class BackendError extends DetailError {
   override name = "BackendError";
   constructor(
-    readonly status: number,
+    /** The backend's HTTP status (200 when its body was the problem). */
+    readonly backendStatus: number,
+    /** The start of the backend's body. */
     readonly body: string,
   ) {
-    super(`the inference backend answered ${status}: ${body}`);
+    super(502, `the inference backend answered ${backendStatus}: ${body}`);
   }
 }
 

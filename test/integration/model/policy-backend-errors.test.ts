@@ -1,0 +1,51 @@
+/**
+ * A backend that fails a call is the backend's fault, not the policy server's: the caller gets
+ * 502 with the backend's answer in `detail`, never a 500.
+ */
+import { createServer, type Server as HttpServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import request from "supertest";
+import { afterEach, describe, expect, it } from "vitest";
+import { PolicyModelServer } from "../../../sdk/src/server/policy-model-server.js";
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const close of closers.splice(0).reverse()) await close();
+});
+
+/** A backend that answers every request with `status` and `body`. */
+async function brokenBackend(status: number, body: string): Promise<string> {
+  const server: HttpServer = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => res.writeHead(status, { "content-type": "text/plain" }).end(body));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  closers.push(() => new Promise((resolve) => server.close(() => resolve())));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
+function policyIn(front: string): PolicyModelServer {
+  const server = new PolicyModelServer({
+    name: "policy",
+    config: { backend_url: front },
+    logLevel: "silent",
+  });
+  closers.push(() => server.close());
+  return server;
+}
+
+describe("a failing inference backend", () => {
+  it("answers 502 naming the backend's status when the backend answers an error", async () => {
+    const policy = policyIn(await brokenBackend(500, "engine exploded"));
+    const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi" });
+    expect(reply.status).toBe(502);
+    expect(reply.body.detail).toMatch(/inference backend answered 500: engine exploded/);
+  });
+
+  it("answers 502 when the backend's body is not JSON", async () => {
+    const policy = policyIn(await brokenBackend(200, "<html>gateway</html>"));
+    const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi" });
+    expect(reply.status).toBe(502);
+    expect(reply.body.detail).toMatch(/not JSON/);
+  });
+});
