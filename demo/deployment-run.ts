@@ -3,53 +3,17 @@
  * with `gym stop --kill`, start it again; reach its servers; drive the fake backend's controls.
  * The demo and the end-to-end suite both build on it.
  */
-import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { REPO, gym } from "./gym-process.js";
 import { ServerClient } from "../sdk/src/client/server-client.js";
 import { discover, type Participants } from "../sdk/src/client/coordination.js";
 import type { ResolvedDeployment } from "../sdk/src/wire/deployment.js";
 
-/** The repository root. */
-export const REPO = fileURLToPath(new URL("../", import.meta.url));
-const CLI = path.join(REPO, "sdk", "src", "cli", "main.ts");
 const REFERENCE = path.join(REPO, "reference-servers");
 
 /** The control token the reference deployment uses unless GYM_CONTROL_TOKEN says otherwise. */
 export const CONTROL_TOKEN = "demo-token";
-
-/** What a `gym` command printed and how it ended. */
-export interface Finished {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs `gym <args>` from source and waits for it. */
-export function gym(
-  args: readonly string[],
-  env: NodeJS.ProcessEnv,
-  timeoutMs = 120_000,
-): Promise<Finished> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", CLI, ...args], {
-      cwd: REPO,
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.once("error", reject);
-    child.once("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 /** The reference deployment, copied into a run directory with absolute entrypoints. */
 export class DeploymentRun {
@@ -101,7 +65,7 @@ export class DeploymentRun {
     const only = options.afterCrash === true ? ["--only", this.gymServers().join(",")] : [];
     const served = await gym(
       ["serve", this.deploymentFile, "--detach", "--state", this.stateFile, ...only],
-      this.env,
+      { env: this.env, timeoutMs: 120_000 },
     );
     if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}${served.stdout}`);
     const state = JSON.parse(readFileSync(this.stateFile, "utf8")) as {
@@ -116,7 +80,7 @@ export class DeploymentRun {
   async crash(): Promise<void> {
     const stopped = await gym(
       ["stop", "--kill", "--only", this.gymServers().join(","), "--state", this.stateFile],
-      this.env,
+      { env: this.env, timeoutMs: 120_000 },
     );
     if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
     await this.#client?.close();
@@ -127,7 +91,7 @@ export class DeploymentRun {
   async stop(): Promise<void> {
     await this.#client?.close();
     this.#client = null;
-    await gym(["stop", "--state", this.stateFile], this.env);
+    await gym(["stop", "--state", this.stateFile], { env: this.env, timeoutMs: 120_000 });
   }
 
   /** The client of the running deployment. */

@@ -3,51 +3,12 @@
  * started: by the state file's process groups and supervisors, and by scanning for any process
  * whose command line mentions the test's temporary directory.
  */
-import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { REPO } from "../../demo/gym-process.js";
 
-export const REPO = fileURLToPath(new URL("../../", import.meta.url));
-export const CLI = path.join(REPO, "sdk", "src", "cli", "main.ts");
+export { CLI, REPO, gym, type Finished } from "../../demo/gym-process.js";
 export const FIXTURES = path.join(REPO, "test", "fixtures");
-
-/** What a finished command printed and how it exited. */
-export interface Finished {
-  readonly code: number | null;
-  readonly signal: NodeJS.Signals | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs `gym <args>` (from source, under tsx) to completion, killing it after `timeoutMs`. */
-export function gym(
-  args: readonly string[],
-  options: { timeoutMs?: number } = {},
-): Promise<Finished> {
-  return run(process.execPath, ["--import", "tsx", CLI, ...args], options.timeoutMs ?? 60_000);
-}
-
-/** Runs a command to completion, killing it after `timeoutMs`. */
-export function run(
-  command: string,
-  args: readonly string[],
-  timeoutMs: number,
-): Promise<Finished> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, [...args], { cwd: REPO, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.once("error", reject);
-    child.once("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
 
 /** Writes a fixture deployment into `dir` with its entrypoints made absolute. */
 export function writeDeployment(dir: string, fixture: string, name = "deployment.yaml"): string {

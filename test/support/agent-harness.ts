@@ -35,6 +35,7 @@ import type { ServerOptions } from "../../sdk/src/server/server.js";
 import { untilSettledOrAborted } from "../../sdk/src/util/abortable.js";
 import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
 import type { JsonValue } from "../../sdk/src/wire/json-value.js";
+import { controlRoutes } from "./control-routes.js";
 
 // ------------------------------------------------------------------------------ the model
 
@@ -390,12 +391,7 @@ export function seedBody(
 }
 
 /** A control call with a bearer token; `deadline_ts` defaults to 10 s from now. */
-export function control(url: string, op: string, body: Record<string, unknown> = {}) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", `Bearer ${TOKEN}`)
-    .send({ deadline_ts: deadline(), ...body });
-}
+export const { control } = controlRoutes(TOKEN, 10);
 
 /** The control status. */
 export async function status(url: string) {

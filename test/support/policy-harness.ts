@@ -18,6 +18,7 @@ import type { CallEntry } from "../../reference-servers/fake-inference/src/index
 import { PolicyModelServer } from "../../sdk/src/server/policy-model-server.js";
 import type { Ticket } from "../../sdk/src/participants/model/policy-gate.js";
 import { makeTempDir, removeTempDir } from "./test-participant.js";
+import { controlRoutes } from "./control-routes.js";
 
 /** The checkpoint control token every server of these tests shares. */
 export const TOKEN = "policy-harness-token";
@@ -136,12 +137,7 @@ export function ep(key: string): { rollout_id: string; attempt: number } {
 export const deadline = (): number => Date.now() / 1000 + 30;
 
 /** Sends one control operation with the bearer token (and a deadline unless given). */
-export function control(url: string, op: string, body: Record<string, unknown> = {}) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", `Bearer ${TOKEN}`)
-    .send({ deadline_ts: deadline(), ...body });
-}
+export const { control } = controlRoutes(TOKEN);
 
 /** The prepare report of a model participant. */
 export interface PrepareBody {

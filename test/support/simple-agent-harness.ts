@@ -24,6 +24,7 @@ import type { ResolvedDeployment, ServerKind } from "../../sdk/src/wire/deployme
 import type { RecordBase } from "../../sdk/src/wire/storage.js";
 import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
 import { makeTempDir, removeTempDir } from "./test-participant.js";
+import { controlRoutes } from "./control-routes.js";
 
 export const TOKEN = "simple-agent-token";
 export const CHECKPOINT_ON = { enabled: true, control_auth_token: TOKEN } as const;
@@ -370,12 +371,7 @@ export async function holdingProxy(target: string): Promise<HoldingProxy> {
 // ------------------------------------------------------------------------- control plane
 
 /** A control operation with a 30 s deadline. */
-export function control(url: string, op: string, body: Record<string, unknown> = {}) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", `Bearer ${TOKEN}`)
-    .send({ deadline_ts: Date.now() / 1000 + 30, ...body });
-}
+export const { control } = controlRoutes(TOKEN);
 
 /** The control status of a server. */
 export async function controlStatus(url: string): Promise<{ phase: string }> {

@@ -16,13 +16,12 @@ import {
 import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
 import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 
 const TOKEN = "environment-token";
 const AUTH = `Bearer ${TOKEN}`;
 const on = { enabled: true, control_auth_token: TOKEN };
 const silent = { logLevel: "silent", config: { cleanup_timeout_seconds: 30 } };
-const CONTROL = "/ng-control/v1/checkpoint";
-const deadline = (): number => Date.now() / 1000 + 30;
 const poll = { timeout: 5000, interval: 5 };
 const TASK = { task_id: { taskset: "t", task_id: "1" }, task_input: { n: 1 } };
 
@@ -102,12 +101,7 @@ function run(url: string, body: Record<string, unknown>) {
     .send({ task: TASK, ...body });
 }
 
-function control(url: string, op: string, body: Record<string, unknown>) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", AUTH)
-    .send({ deadline_ts: deadline(), ...body });
-}
+const { control } = controlRoutes(TOKEN);
 
 async function status(url: string) {
   const res = await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(200);

@@ -29,13 +29,12 @@ import {
   type FakeResourcesServer,
 } from "../../support/fake-resources-server.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 
 const TOKEN = "single-agent-turn-token";
 const AUTH = `Bearer ${TOKEN}`;
 const on = { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: 600 };
-const CONTROL = "/ng-control/v1/checkpoint";
 const poll = { timeout: 5000, interval: 5 };
-const deadline = (): number => Date.now() / 1000 + 30;
 const RCP = { input: "What is 2 + 2?", model: "policy" };
 const TASK_DATA = { expected_answer: "4", benchmark_field: { level: 1 } };
 const TASK = {
@@ -122,12 +121,7 @@ function run(url: string, episodeId: object = R0, task: object = TASK) {
   return request(url).post("/run").send({ episode_id: episodeId, task });
 }
 
-function control(url: string, op: string, body: Record<string, unknown>) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", AUTH)
-    .send({ deadline_ts: deadline(), ...body });
-}
+const { control } = controlRoutes(TOKEN);
 
 async function status(url: string) {
   const res = await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(200);

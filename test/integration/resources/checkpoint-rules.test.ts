@@ -24,13 +24,12 @@ import {
 import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
 import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 
 const TOKEN = "resources-rules-token";
 const AUTH = `Bearer ${TOKEN}`;
 const on = { enabled: true, control_auth_token: TOKEN };
 const silent = { logLevel: "silent" };
-const CONTROL = "/ng-control/v1/checkpoint";
-const deadline = (): number => Date.now() / 1000 + 30;
 /** A deadline that passes while the test waits on the call (a prepare or retire cut short). */
 const soon = (): number => Date.now() / 1000 + 0.2;
 const poll = { timeout: 5000, interval: 5 };
@@ -204,12 +203,7 @@ function post(url: string, route: string, id: string, body: object = {}) {
   return request(url).post(route).set("Cookie", cookie(id)).send(body);
 }
 
-function control(url: string, op: string, body: Record<string, unknown>) {
-  return request(url)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", AUTH)
-    .send({ deadline_ts: deadline(), ...body });
-}
+const { control } = controlRoutes(TOKEN);
 
 async function status(url: string) {
   const res = await request(url).get(`${CONTROL}/status`).set("Authorization", AUTH).expect(200);

@@ -6,17 +6,15 @@ import { ConfigError } from "../../../sdk/src/errors.js";
 import { dataRoute } from "../../../sdk/src/server/data-route.js";
 import { ResourcesServer } from "../../../sdk/src/server/resources-server.js";
 import type { Server } from "../../../sdk/src/server/server.js";
-import type { Express } from "express";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import WeatherServer from "../../../reference-servers/weather/src/index.js";
 import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 
 const TOKEN = "resources-test-token";
 const AUTH = `Bearer ${TOKEN}`;
 const on = { enabled: true, control_auth_token: TOKEN };
 const silent = { logLevel: "silent" };
-const deadline = (): number => Date.now() / 1000 + 30;
-const CONTROL = "/ng-control/v1/checkpoint";
 
 /** Structural: the reference servers are typed against the SDK's built declarations. */
 type Listening = Pick<Server, "listen" | "close">;
@@ -31,12 +29,7 @@ async function listen<S extends Listening>(server: S): Promise<{ server: S; url:
   return { server, url };
 }
 
-function control(target: string | Express, op: string, body: Record<string, unknown>) {
-  return request(target)
-    .post(`${CONTROL}/${op}`)
-    .set("Authorization", AUTH)
-    .send({ deadline_ts: deadline(), ...body });
-}
+const { control } = controlRoutes(TOKEN);
 
 class Plain extends ResourcesServer {
   protected override verify() {

@@ -32,6 +32,7 @@ import {
   type AgentSessionHooks,
   type AgentSessionRecord,
 } from "./agent-records.js";
+import { compareStrings } from "../../util/compare-strings.js";
 
 /** Where a session is (spec agent §5.1). */
 export type AgentSessionState = "idle" | "running" | "at_boundary";
@@ -587,7 +588,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     for (const s of this.#blocking) blockers.add(s.captureKey);
     for (const key of this.steps.blockers(Number.MAX_SAFE_INTEGER)) blockers.add(key);
     for (const seed of this.#seeds.values()) blockers.add(seed.captureKey);
-    const sorted = [...blockers].sort(compare);
+    const sorted = [...blockers].sort(compareStrings);
     let atBoundary = 0;
     for (const s of this.#sessions.values()) if (s.state === "at_boundary") atBoundary += 1;
     const restarts = new Set<string>(this.#legacyRestarts);
@@ -597,7 +598,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       blockers: sorted.slice(0, MAX_LISTED_BLOCKERS),
       blockerCount: sorted.length,
       counts: { sessions: this.#sessions.size, at_boundary: atBoundary },
-      restarts: [...restarts].sort(compare),
+      restarts: [...restarts].sort(compareStrings),
     });
   }
 
@@ -622,7 +623,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
           !this.#isRestart(s) &&
           (inScope === null || inScope.has(s.captureKey)),
       )
-      .sort((a, b) => compare(a.key, b.key));
+      .sort((a, b) => compareStrings(a.key, b.key));
     if (chosen.length === 0) return [];
     const states = await this.#hooks.exportAgentSessions({
       sessionKeys: chosen.map((s) => s.key),
@@ -715,7 +716,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     return [...this.#sessions.values()]
       .filter((s) => s.restoredPending)
       .map((s) => s.episode)
-      .sort((a, b) => compare(captureKey(a), captureKey(b)));
+      .sort((a, b) => compareStrings(captureKey(a), captureKey(b)));
   }
 
   override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
@@ -888,8 +889,4 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   #changed(): void {
     if (!this.#accepting) this.notify();
   }
-}
-
-function compare(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }

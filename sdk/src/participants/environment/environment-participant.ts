@@ -23,6 +23,7 @@ import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../wire/j
 import { recordSchema } from "../../wire/storage.js";
 import { isRestartReply, type ReplyHeaders } from "./checkpoint-headers.js";
 import { taskDigest } from "./task-digest.js";
+import { compareStrings } from "../../util/compare-strings.js";
 
 /** One stored episode of an environment server (spec environment §7.12). */
 export const EnvironmentRecordSchema = recordSchema({
@@ -232,7 +233,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
       if (inScope !== null && !inScope.has(key)) continue;
       records.push(record(key, restored.episode, restored.taskDigest, restored.boundary));
     }
-    return records.sort((a, b) => compare(keyOf(a), keyOf(b)));
+    return records.sort((a, b) => compareStrings(keyOf(a), keyOf(b)));
   }
 
   override restoreRecords(records: readonly EnvironmentRecord[]): void {
@@ -257,7 +258,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   }
 
   override restoredPending(): EpisodeId[] {
-    return [...this.#restored.keys()].sort(compare).map((key) => fromCaptureKey(key));
+    return [...this.#restored.keys()].sort(compareStrings).map((key) => fromCaptureKey(key));
   }
 
   override async deleteRestored(episode: EpisodeId, _signal: AbortSignal): Promise<void> {
@@ -279,7 +280,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   }
 
   override statusExtra(): Record<string, unknown> {
-    return { restored_pending: [...this.#restored.keys()].sort(compare) };
+    return { restored_pending: [...this.#restored.keys()].sort(compareStrings) };
   }
 
   #dropRestored(episode: EpisodeId): void {
@@ -316,8 +317,4 @@ function record(
 
 function keyOf(r: EnvironmentRecord): string {
   return captureKey(parseEpisodeId(r.episode_id));
-}
-
-function compare(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
