@@ -12,7 +12,6 @@ import type { CallLog } from "./call-log.js";
 import type { LiveCall, LiveCalls } from "./live-calls.js";
 import {
   CaptureError,
-  GenerationCutPrefixAckSchema,
   GenerationCutReceiptSchema,
   generationCutFailureAck,
   inventoryDigest,
@@ -151,7 +150,7 @@ export class GenerationCutter {
   /** The durable ack of a staged plan. */
   #ack(plan: CutPlan, cutId: string): GenerationCutPrefixAck {
     const finished = plan.live.finishReason;
-    return GenerationCutPrefixAckSchema.parse({
+    return {
       ...plan.prefix,
       disposition: "durable_prefix",
       cut_kind: finished === null ? "active_prefix" : "terminal_completion",
@@ -161,7 +160,8 @@ export class GenerationCutter {
       prefix_digest: plan.record.digest,
       effective_output_limit: plan.live.effectiveOutputLimit,
       terminal_finish_reason: finished,
-    });
+      terminal_stop_reason: null,
+    };
   }
 }
 

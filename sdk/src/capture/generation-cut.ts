@@ -96,17 +96,21 @@ export function buildGenerationCutInventory(input: {
   const prefixes = input.active_prefixes
     .map((prefix) => parseWire(GenerationCutPrefixSchema, prefix, "generation-cut prefix"))
     .sort((a, b) => compareCodePoints(a.ticket_id, b.ticket_id));
-  const fields = {
-    checkpoint_id: input.checkpoint_id,
-    server_name: input.server_name,
-    active_prefixes: prefixes,
-  };
-  return parseWire(
-    GenerationCutInventorySchema,
-    { ...fields, inventory_digest: inventoryDigest(fields) },
+  // Each prefix is validated above; the envelope's two identifiers are all that is left, so the
+  // inventory is not parsed again as a whole (a round may hold thousands of prefixes).
+  const envelope = parseWire(
+    InventoryEnvelopeSchema,
+    { checkpoint_id: input.checkpoint_id, server_name: input.server_name },
     "generation-cut inventory",
   );
+  const fields = { ...envelope, active_prefixes: prefixes };
+  return { ...fields, inventory_digest: inventoryDigest(fields) };
 }
+
+const InventoryEnvelopeSchema = GenerationCutInventorySchema.pick({
+  checkpoint_id: true,
+  server_name: true,
+});
 
 /** The prefix evidence a `durable_prefix` ack must carry and a `durable_failure` ack must not. */
 const EVIDENCE = [
