@@ -4,7 +4,8 @@ import path from "node:path";
 import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
 import { captureKey, episodeIdFromWire } from "../identity/episode-id.js";
-import { decodeJson, withDecodedPayloadsTrusted } from "../wire/json-value.js";
+import { decodeJsonLine } from "../wire/json-line-decoder.js";
+import { withDecodedPayloadsTrusted } from "../wire/json-value.js";
 import {
   MANIFEST_SCHEMA_VERSION,
   RECORDS_FILE_PATTERN,
@@ -49,7 +50,7 @@ export async function readCheckpoint<R extends RecordBase>(
   const hash = createHash("sha256");
   const records: R[] = [];
   let count = 0;
-  const keep = (line: string): void => {
+  const keep = (line: Buffer): void => {
     count += 1;
     const record = selectRecord(line, request);
     if (record !== null) records.push(record);
@@ -83,7 +84,7 @@ export async function readCheckpoint<R extends RecordBase>(
 async function forEachLine(
   file: string,
   onChunk: (chunk: Buffer) => void,
-  onLine: (line: string) => void,
+  onLine: (line: Buffer) => void,
 ): Promise<void> {
   const handle = await open(file, "r");
   let reading: Promise<{ bytesRead: number }> | null = null;
@@ -107,17 +108,17 @@ async function forEachLine(
         const piece = chunk.subarray(start, nl);
         if (pending.length > 0) {
           pending.push(piece);
-          onLine(Buffer.concat(pending).toString("utf8"));
+          onLine(Buffer.concat(pending));
           pending = [];
         } else {
-          onLine(piece.toString("utf8"));
+          onLine(piece);
         }
         start = nl + 1;
       }
       // The chunk's buffer is reused two reads from now: keep a copy of an unfinished line.
       if (start < chunk.length) pending.push(Buffer.from(chunk.subarray(start)));
     }
-    if (pending.length > 0) onLine(Buffer.concat(pending).toString("utf8"));
+    if (pending.length > 0) onLine(Buffer.concat(pending));
   } finally {
     // A line that failed validation leaves the next read in flight: let it end before closing.
     await reading?.catch(() => undefined);
@@ -125,10 +126,10 @@ async function forEachLine(
   }
 }
 
-function selectRecord<R extends RecordBase>(line: string, request: ReadRequest<R>): R | null {
+function selectRecord<R extends RecordBase>(line: Buffer, request: ReadRequest<R>): R | null {
   let value: unknown;
   try {
-    value = decodeJson(line);
+    value = decodeJsonLine(line);
   } catch (error) {
     throw corrupt(`the checkpoint holds a record that is not JSON: ${(error as Error).message}`);
   }

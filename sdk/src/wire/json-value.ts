@@ -464,6 +464,16 @@ export function decodeJson(text: string): JsonValue {
   if (typeof text !== "string") {
     throw new TypeError(`decodeJson expects a string, got ${typeof text}`);
   }
+  return decodeJsonWithin(text, 0);
+}
+
+/**
+ * {@link decodeJson} of a value that sits inside `outerDepth` enclosing containers: the nesting
+ * limit counts them too, so pieces of one document decode exactly as the whole would.
+ *
+ * @internal
+ */
+export function decodeJsonWithin(text: string, outerDepth: number): JsonValue {
   // Text with extended tokens would make JSON.parse fail late, after doing most of the work.
   if (!text.includes("NaN") && !text.includes("Infinity")) {
     let parsed: unknown;
@@ -477,7 +487,7 @@ export function decodeJson(text: string): JsonValue {
     if (ok) {
       const verdict =
         typeof parsed === "object" && parsed !== null
-          ? checkParsed(parsed, 1)
+          ? checkParsed(parsed, 1 + outerDepth)
           : typeof parsed === "number" && !(parsed >= MIN_SAFE && parsed <= MAX_SAFE)
             ? PARSED_BIG_NUMBER
             : PARSED_OK;
@@ -487,7 +497,7 @@ export function decodeJson(text: string): JsonValue {
       }
     }
   }
-  return new Parser(text).document();
+  return new Parser(text, outerDepth).document();
 }
 
 /** Finds the next raw control character (illegal inside strings); used via `lastIndex`. */
@@ -503,13 +513,17 @@ class Parser {
   /** Cached offset of the next control character at or after the last string start. */
   private nextControl = -1;
 
-  constructor(private readonly text: string) {
+  constructor(
+    private readonly text: string,
+    /** Containers enclosing the document (0 for a whole document). */
+    private readonly outerDepth = 0,
+  ) {
     this.len = text.length;
   }
 
   document(): JsonValue {
     this.skipWs();
-    const value = this.value(0);
+    const value = this.value(this.outerDepth);
     this.skipWs();
     if (this.pos < this.len) this.fail("unexpected data after the JSON value");
     return value;
