@@ -17,7 +17,12 @@ export default defineConfig({
     ],
   },
   test: {
-    include: ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
+    include: [
+      "test/unit/**/*.test.ts",
+      "test/integration/**/*.test.ts",
+      "test/e2e/**/*.test.ts",
+      "test/templates/**/*.test.ts",
+    ],
     // Two cores on CI: keep forks bounded so e2e process groups are not starved.
     pool: "forks",
     maxWorkers: 2,

@@ -8,24 +8,28 @@ export interface TestReply {
 }
 
 /**
- * One HTTP call that cannot hang a test: aborted after `timeoutMs`, failing with a
- * {@link TestKitError} naming `operation`.
+ * One HTTP call that cannot hang a test: aborted after `timeoutMs` (or when `cancel` fires),
+ * failing with a {@link TestKitError} naming `operation`.
  */
 export async function boundedFetch(
   operation: string,
   url: string,
   init: RequestInit,
   timeoutMs: number,
+  cancel?: AbortSignal,
 ): Promise<TestReply> {
-  const signal = AbortSignal.timeout(timeoutMs);
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal = cancel === undefined ? timeout : AbortSignal.any([timeout, cancel]);
   try {
     const res = await fetch(url, { ...init, signal });
     const text = await res.text();
     return { status: res.status, body: parseBody(text), headers: res.headers };
   } catch (error) {
-    const problem = signal.aborted
+    const problem = timeout.aborted
       ? `got no reply within ${timeoutMs} ms`
-      : `failed: ${error instanceof Error ? error.message : String(error)}`;
+      : cancel?.aborted === true
+        ? "was cancelled"
+        : `failed: ${error instanceof Error ? error.message : String(error)}`;
     throw new TestKitError(operation, problem, undefined, { cause: error });
   }
 }

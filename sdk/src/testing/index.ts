@@ -6,7 +6,10 @@
  *
  * @example
  * import { startTestServer } from "gym-participant-sdk/testing";
- * const counter = await startTestServer(CounterServer, { checkpointEvery: "request" });
+ * const counter = await startTestServer(CounterServer, { checkpointEvery: "boundary" });
+ * await counter.request("/seed_session", { target: 2 }, { rollout: "ep1" }); // then a restore
+ *
+ * @see docs/getting-started.md
  *
  * @packageDocumentation
  */

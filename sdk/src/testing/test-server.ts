@@ -5,15 +5,18 @@ import {
   episodeIdToWire,
   fromCaptureKey,
   nextAttempt,
+  parseEpisodeId,
   type EpisodeId,
 } from "../identity/episode-id.js";
 import { rolloutPath } from "../identity/rollout-prefix.js";
+import { episodeFromRunBody, type RunRolloutFields } from "../identity/run-body.js";
 import type { ServerOptions } from "../server/server.js";
 import { readCheckpoint } from "../store/records-reader.js";
 import { cookieHeader, setCookieJar, type CookieJar } from "../util/cookies.js";
 import { nowTs } from "../util/deadline.js";
 import { CONTROL_PREFIX, type Operation, type StatusReply } from "../wire/control.js";
 import type { CommitReply, RecordBase, RestoreReply } from "../wire/storage.js";
+import { BoundaryGates, holdingAtBoundaries } from "./boundary-gates.js";
 import { boundedFetch, type TestReply } from "./bounded-fetch.js";
 import { TestEnvironment } from "./environment.js";
 import { ServerLog } from "./server-log.js";
@@ -23,6 +26,8 @@ import { TestKitError } from "./test-kit-error.js";
 const DEFAULT_TIMEOUT_MS = 10_000;
 /** A control call answers at its deadline at the latest; this covers the trip back. */
 const REPLY_GRACE_MS = 2_000;
+/** How many restores one call may take under `checkpointEvery: "boundary"` unless told. */
+const DEFAULT_MAX_RESTORES = 100;
 
 /**
  * What the kit needs of a server, structurally (so a class built against the published SDK
@@ -54,12 +59,32 @@ export interface TestServerOptions {
   /** Bound of every call (a control call's deadline, a data call's wait), in ms. @default 10000 */
   readonly timeoutMs?: number;
   /**
-   * `"request"`: after every data request, checkpoint, restore into a fresh instance and go on
-   * there, so a test of a whole episode proves the server's hooks lose nothing. For a resources
-   * server the boundary is between requests: each request has finished before the checkpoint.
-   * Only resources servers are supported. @default null (never)
+   * Take the hard path every time: checkpoint, restore into a fresh instance (the old one is
+   * dropped as a crashed process would be, its final cleanup never run) and go on there, so a
+   * test of a whole episode proves the server's hooks and boundaries lose nothing.
+   *
+   * - `"request"`: after every data request (each has finished before the checkpoint).
+   *   Resources servers and agents with session hooks.
+   * - `"boundary"`: at every boundary. For a resources server that is between requests, as
+   *   `"request"`. For an environment server, while a `/run` is in flight: at each boundary its
+   *   episode records, prepare finds it parked there, commit, restore, and the replacement
+   *   attempt's `/run` is sent as a controller would (same body, next attempt), until the
+   *   episode ends. For an agent with session hooks: at each boundary an activation records
+   *   (its request is sent again under the next attempt, with the same headers and cookies),
+   *   and after every request. A boundary the restored attempt records again unchanged (its
+   *   entry boundary) is not restored twice.
+   *
+   * A server that could not continue after a crash is refused at start: an environment server
+   * without `checkpointBoundaries`, an agent without session hooks, a `restart_only` resources
+   * server. With either mode, make one call at a time. @default null (never)
    */
-  readonly checkpointEvery?: "request" | null;
+  readonly checkpointEvery?: "request" | "boundary" | null;
+  /**
+   * Under `checkpointEvery: "boundary"`, how many restores one call may take before the kit
+   * gives up: a server that never gets further than its restored boundary would otherwise loop
+   * for ever. @default 100
+   */
+  readonly maxRestores?: number;
 }
 
 /** Options of one data request. */
@@ -75,6 +100,8 @@ export interface RequestOptions {
   readonly cookies?: CookieJar;
   /** The HTTP method. @default "POST" */
   readonly method?: "GET" | "POST";
+  /** Extra request headers (e.g. `x-ng-agent-activation`). @default none */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 /** A committed checkpoint: where it is, the records read back from it, and the reply. */
@@ -94,6 +121,8 @@ export interface Instance<S> {
   readonly url: string;
   /** Null when the test gave its own logger. */
   readonly log: ServerLog | null;
+  /** Where its boundaries are held (`checkpointEvery: "boundary"` only). */
+  readonly gates: BoundaryGates | null;
 }
 
 /** @internal What the handles of one environment share. */
@@ -111,7 +140,10 @@ function toEpisode(ref: EpisodeRef): EpisodeId {
 async function startInstance<S extends TestableServer>(shared: Shared<S>): Promise<Instance<S>> {
   const { options } = shared;
   const log = options.serverOptions?.logger === undefined ? new ServerLog() : null;
-  const server = new shared.ServerClass({
+  const gates = options.checkpointEvery === "boundary" ? new BoundaryGates() : null;
+  const ServerClass =
+    gates === null ? shared.ServerClass : holdingAtBoundaries(shared.ServerClass, gates);
+  const server = new ServerClass({
     ...(log === null ? {} : { logger: log.logger }),
     ...options.serverOptions,
     name: options.name ?? "test",
@@ -119,7 +151,7 @@ async function startInstance<S extends TestableServer>(shared: Shared<S>): Promi
     checkpoint: { enabled: true, control_auth_token: shared.env.token },
   });
   const { url } = await server.listen({ port: 0 });
-  return { server, url, log };
+  return { server, url, log, gates };
 }
 
 /**
@@ -147,17 +179,46 @@ export async function startTestServer<S extends TestableServer>(
   };
   const instance = await startInstance(shared);
   const handle = new TestServer(shared, instance, {}, new Map());
-  if (options.checkpointEvery === "request") {
-    const kind = instance.server.controlPlane?.participant.kind;
-    if (kind !== "resources") {
+  const mode = options.checkpointEvery ?? null;
+  if (mode !== null) {
+    const refusal = await refusalOf(handle, mode);
+    if (refusal !== null) {
       await handle.close();
-      throw new TestKitError(
-        "startTestServer",
-        `cannot checkpoint every request of a ${kind ?? "non-checkpointing"} server; only resources servers are supported`,
-      );
+      throw new TestKitError("startTestServer", refusal);
     }
   }
   return handle;
+}
+
+/** Why `mode` cannot run against this server, or null when it can. */
+async function refusalOf<S extends TestableServer>(
+  handle: TestServer<S>,
+  mode: "request" | "boundary",
+): Promise<string | null> {
+  const kind = handle.server.controlPlane?.participant.kind ?? null;
+  const cls = handle.server.constructor as {
+    name: string;
+    checkpointBoundaries?: unknown;
+    checkpointSessionsSupported?: unknown;
+  };
+  const every = `checkpointEvery: "${mode}"`;
+  switch (kind) {
+    case "resources": {
+      if ((await handle.status()).mode !== "restart_only") return null;
+      return `cannot use ${every} with ${cls.name}: a restart_only server saves no session, so after a crash its rollouts start over`;
+    }
+    case "environment":
+      if (mode === "request") {
+        return `cannot use ${every} with environment server ${cls.name}: a /run is a whole episode; use checkpointEvery: "boundary"`;
+      }
+      if (cls.checkpointBoundaries === true) return null;
+      return `cannot use ${every} with ${cls.name}: without static checkpointBoundaries = true every episode is a restart and starts over after a crash`;
+    case "agent":
+      if (cls.checkpointSessionsSupported === true) return null;
+      return `cannot use ${every} with ${cls.name}: an agent without session hooks (static checkpointSessionsSupported = true) is restart-only, so its rollouts start over after a crash`;
+    default:
+      return `cannot use ${every} with ${cls.name}: only resources servers, agents and environment servers are supported (this one is ${kind ?? "not checkpointing"})`;
+  }
 }
 
 /**
@@ -175,6 +236,8 @@ export class TestServer<S extends TestableServer> {
   #checkpointId: string | null = null;
   #lastCommit: CommitResult | null = null;
   #closed = false;
+  /** A call is running under `checkpointEvery` (which takes one call at a time). */
+  #busy = false;
 
   /** @internal Use {@link startTestServer} or {@link TestServer.restoreInto}. */
   constructor(
@@ -211,11 +274,57 @@ export class TestServer<S extends TestableServer> {
   }
 
   /**
+   * The episode `rolloutId` is at on this instance, in its wire form: what a seed or close
+   * body's `episode_id` names after restores moved the rollout on.
+   */
+  episodeOf(rolloutId: string): EpisodeId {
+    return episodeId(rolloutId, this.attemptOf(rolloutId));
+  }
+
+  /**
    * A data call: `path` under the rollout prefix of `options.rollout` (at its current attempt),
    * with the cookie jar. Never throws for an error status: the test asserts on it. With
-   * `checkpointEvery: "request"`, the server is then checkpointed and replaced by a restored one.
+   * `checkpointEvery`, the call is checkpointed and restored as that option says.
    */
   async request(path: string, body?: unknown, options: RequestOptions = {}): Promise<TestReply> {
+    const mode = this.#shared.options.checkpointEvery ?? null;
+    if (mode === null) return await this.#send(path, body, options);
+    if (this.#busy) {
+      throw new TestKitError(
+        `${options.method ?? "POST"} ${path}`,
+        "was called while another call of this handle runs; with checkpointEvery, await each call first",
+      );
+    }
+    this.#busy = true;
+    try {
+      const kind = this.server.controlPlane?.participant.kind;
+      if (mode === "boundary" && kind === "environment") {
+        return await this.#acrossBoundaries(path, body, options, runEpisodeOf(body));
+      }
+      let reply: TestReply;
+      if (mode === "boundary" && kind === "agent" && options.rollout !== undefined) {
+        const episode = episodeId(
+          options.rollout,
+          options.attempt ?? this.attemptOf(options.rollout),
+        );
+        reply = await this.#acrossBoundaries(path, body, options, episode);
+      } else {
+        reply = await this.#send(path, body, options);
+      }
+      await this.#hop();
+      return reply;
+    } finally {
+      this.#busy = false;
+    }
+  }
+
+  /** One HTTP call: the prefix, cookies and headers of `options`; updates the jar. */
+  async #send(
+    path: string,
+    body: unknown,
+    options: RequestOptions,
+    signal?: AbortSignal,
+  ): Promise<TestReply> {
     const method = options.method ?? "POST";
     const jar = options.cookies ?? this.cookies;
     let target = path;
@@ -223,7 +332,7 @@ export class TestServer<S extends TestableServer> {
       const attempt = options.attempt ?? this.attemptOf(options.rollout);
       target = rolloutPath(captureKey(episodeId(options.rollout, attempt)), path);
     }
-    const headers: Record<string, string> = {};
+    const headers: Record<string, string> = { ...options.headers };
     const cookie = cookieHeader(jar);
     if (cookie !== undefined) headers.cookie = cookie;
     if (method === "POST") headers["content-type"] = "application/json";
@@ -232,10 +341,97 @@ export class TestServer<S extends TestableServer> {
       `${this.url}${target}`,
       { method, headers, body: method === "POST" ? JSON.stringify(body ?? {}) : undefined },
       this.#shared.timeoutMs,
+      signal,
     );
     Object.assign(jar, setCookieJar(reply.headers.getSetCookie()));
-    if (this.#shared.options.checkpointEvery === "request") await this.#hop();
     return reply;
+  }
+
+  /**
+   * Sends a call of `episode` and, each time the execution records a boundary, checkpoints it
+   * there; a boundary it had not restored from yet is restored into a fresh instance and the
+   * call sent again as the next attempt. Returns the reply of the attempt that finished.
+   */
+  async #acrossBoundaries(
+    path: string,
+    firstBody: unknown,
+    options: RequestOptions,
+    first: EpisodeId | null,
+  ): Promise<TestReply> {
+    if (first === null) return await this.#send(path, firstBody, options);
+    const maxRestores = this.#shared.options.maxRestores ?? DEFAULT_MAX_RESTORES;
+    const operation = `${options.method ?? "POST"} ${path}`;
+    let episode = first;
+    let body = firstBody;
+    /** The boundaries the running attempt was restored from (canonical JSON), or null. */
+    let restoredFrom: string | null = null;
+    for (let restores = 0; ; restores += 1) {
+      const gates = this.#instance.gates;
+      if (gates === null) throw new TestKitError(operation, "found no boundary gates");
+      const key = captureKey(episode);
+      const abort = new AbortController();
+      const sending = this.#send(
+        path,
+        body,
+        { ...options, attempt: episode.attempt },
+        abort.signal,
+      );
+      // Settled below, or dropped when this attempt's instance is crashed.
+      sending.catch(() => undefined);
+      let at: string | null = null;
+      try {
+        while (at === null) {
+          const next = await Promise.race([
+            sending.then((reply) => ({ reply, held: null })),
+            gates.next(key).then((held) => ({ reply: null, held })),
+          ]);
+          if (next.held === null) {
+            gates.stopWaiting(key);
+            return next.reply;
+          }
+          const { records } = await this.checkpoint();
+          const boundaries = records
+            .filter((record) => record.episode_id.rollout_id === episode.rollout_id)
+            .map((record) => (record as { boundary?: unknown }).boundary ?? null);
+          const found = boundaries.length === 0 ? null : canonicalJson(boundaries);
+          // No record: a restart, which no restore continues. The same boundaries: the restored
+          // attempt recorded its entry boundary again; restoring there again tests nothing new.
+          if (found === null || found === restoredFrom) next.held.release();
+          else at = found;
+        }
+      } catch (error) {
+        // Cut the held call, or closing its instance would wait out the shutdown grace.
+        abort.abort();
+        throw error;
+      }
+      if (restores >= maxRestores) {
+        abort.abort();
+        throw new TestKitError(
+          operation,
+          `made no progress: ${restores} restores without finishing. Does the server continue from its restored boundary (steps.continuation(), activation.continuation)? If the execution really records more boundaries, raise maxRestores`,
+        );
+      }
+      await this.#crash(abort);
+      restoredFrom = at;
+      episode = nextAttempt(episode);
+      body = path === "/run" ? replacementRunBody(body, episode) : body;
+    }
+  }
+
+  /**
+   * Drops the current instance as a crash would (its final cleanup never runs, its in-flight
+   * call is cut), then restores the last commit into a fresh one and goes on there.
+   */
+  async #crash(inFlight: AbortController): Promise<void> {
+    const old = this.#instance;
+    old.gates?.abandon();
+    inFlight.abort(new Error("the test kit crashed this instance"));
+    await old.server.close();
+    const { instance, attempts } = await this.#restoreFresh();
+    this.#instance = instance;
+    this.#attempts.clear();
+    for (const [rollout, attempt] of attempts) this.#attempts.set(rollout, attempt);
+    this.#lastCommit = null;
   }
 
   /** The participant's control status (phase, report with its counts, participant extras). */
@@ -434,4 +630,41 @@ async function control(
   const problem =
     logged.length === 0 ? "was refused" : `was refused; the server logged: ${logged.join(" | ")};`;
   throw new TestKitError(operation, problem, reply);
+}
+
+/** The episode a `/run` body names, or null (the server will refuse the body). */
+function runEpisodeOf(body: unknown): EpisodeId | null {
+  if (typeof body !== "object" || body === null) return null;
+  const fields = body as RunRolloutFields & { episode_id?: unknown };
+  try {
+    return fields.episode_id === undefined
+      ? episodeFromRunBody(fields)
+      : parseEpisodeId(fields.episode_id);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The `/run` body of the replacement attempt `next`, as a controller sends it: `episode_id`
+ * moved on, or else the row fields (`_ng_rollout_id` with its `-aN` suffix, or
+ * `_ng_attempt_index`).
+ */
+export function replacementRunBody(body: unknown, next: EpisodeId): unknown {
+  const fields = body as Record<string, unknown>;
+  if (fields.episode_id !== undefined) return { ...fields, episode_id: episodeIdToWire(next) };
+  if (typeof fields._ng_rollout_id === "string") {
+    const { _ng_attempt_index: _dropped, ...rest } = fields;
+    return { ...rest, _ng_rollout_id: captureKey(next) };
+  }
+  return { ...fields, _ng_attempt_index: next.attempt };
+}
+
+/** JSON with object keys sorted, so equal values compare equal as text. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, inner: unknown) =>
+    inner !== null && typeof inner === "object" && !Array.isArray(inner)
+      ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => (a < b ? -1 : 1)))
+      : inner,
+  );
 }

@@ -1,0 +1,84 @@
+/**
+ * %PACKAGE_NAME%: an environment server whose episodes survive a crash. `/run` runs one
+ * episode as stages (read each document, then verify the word count, then return), recording a
+ * boundary at the start of every stage, so a checkpoint finds each episode parked at one and a
+ * fresh process continues it from there as the next attempt. Run it: `npm run build && npm run
+ * serve`; see README.md.
+ */
+import { z } from "zod";
+import {
+  EnvironmentServer,
+  isMainModule,
+  serveMain,
+  type EpisodeOutcome,
+  type RunEpisodeInput,
+} from "gym-participant-sdk";
+
+/** The task: documents to read, and how many words they hold together. */
+const TaskInputSchema = z.strictObject({
+  documents: z.array(z.string()),
+  expected_words: z.int().min(0),
+});
+
+/** Where an episode is, recorded at the start of every stage and read back after a restore. */
+const BoundarySchema = z.discriminatedUnion("next", [
+  z.strictObject({ next: z.literal("read"), index: z.int().min(0), counts: z.array(z.int()) }),
+  z.strictObject({ next: z.literal("verify"), counts: z.array(z.int()) }),
+  z.strictObject({ next: z.literal("return"), counts: z.array(z.int()), reward: z.number() }),
+]);
+type Boundary = z.infer<typeof BoundarySchema>;
+
+export default class WordCountEnvironment extends EnvironmentServer {
+  static override checkpointBoundaries = true;
+
+  protected override async runEpisode({
+    body,
+    steps,
+    onCleanup,
+  }: RunEpisodeInput): Promise<EpisodeOutcome> {
+    const task = TaskInputSchema.safeParse(body.task.task_input);
+    if (!task.success) {
+      return { failure: { failure_reason: z.prettifyError(task.error), terminal: true } };
+    }
+    const { documents, expected_words } = task.data;
+    // Final cleanup (last in, first out) runs before /run replies: close sessions here.
+    onCleanup(() => this.logger.debug({ episode: steps.captureKey }, "episode cleaned up"));
+    // A restored attempt continues from its boundary; a new one starts at the first stage.
+    let at: Boundary = BoundarySchema.nullable().parse(steps.continuation()) ?? {
+      next: "read",
+      index: 0,
+      counts: [],
+    };
+    while (at.next === "read") {
+      const { index, counts } = at;
+      if (index >= documents.length) {
+        at = { next: "verify", counts };
+        break;
+      }
+      await steps.boundary(at);
+      // A replay step is safe to run again after a crash, so a checkpoint does not wait for it.
+      const words = await steps.step("replay", () => countWords(documents[index] ?? ""));
+      at = { next: "read", index: index + 1, counts: [...counts, words] };
+    }
+    if (at.next === "verify") {
+      const { counts } = at;
+      await steps.boundary(at);
+      // A wait step runs once per attempt (a /verify call, say): a checkpoint waits for it.
+      const reward = await steps.step("wait", () => (sum(counts) === expected_words ? 1 : 0));
+      at = { next: "return", counts, reward };
+    }
+    await steps.boundary(at);
+    return { result: { reward: at.reward, words: sum(at.counts) } };
+  }
+}
+
+/** The number of words in `text`. */
+export function countWords(text: string): number {
+  return text.split(/\s+/).filter((word) => word !== "").length;
+}
+
+function sum(values: readonly number[]): number {
+  return values.reduce((a, b) => a + b, 0);
+}
+
+if (isMainModule(import.meta.url)) await serveMain(WordCountEnvironment);

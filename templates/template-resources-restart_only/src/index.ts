@@ -1,0 +1,64 @@
+/**
+ * %PACKAGE_NAME%: a `restart_only` resources server, the fail-closed default for state nobody
+ * audited yet. Each session adds amounts to a running total and `/verify` rewards a total equal
+ * to the task's `target`, but nothing is saved: a checkpoint reports its live rollouts as
+ * restarts, and after a crash the controller starts them over. Turn it into an `exported` server
+ * by implementing the three session hooks (see README.md).
+ */
+import { z } from "zod";
+import {
+  ResourcesServer,
+  dataRoute,
+  isMainModule,
+  resourcesSession,
+  serveMain,
+  type SessionRouteInput,
+} from "gym-participant-sdk";
+
+/** The tool: `/add {"amount": n}` adds to the calling session's total. */
+function addTool(totals: Map<string, number>) {
+  return dataRoute({
+    method: "post",
+    path: "/add",
+    summary: "Add an amount to this session's total",
+    request: z.strictObject({ amount: z.number() }),
+    handler: (input) => {
+      const id = resourcesSession(input).id;
+      const total = totals.get(id);
+      // No total for a session nobody seeded: nothing would ever free it.
+      if (total !== undefined) totals.set(id, total + input.body.amount);
+      return { total: totals.get(id) ?? null };
+    },
+  });
+}
+
+export default class TallyServer extends ResourcesServer {
+  static override checkpointMode = "restart_only" as const;
+  static override checkpointVerify = "wait" as const;
+  readonly totals = new Map<string, number>();
+
+  protected override seedSession(input: SessionRouteInput) {
+    this.totals.set(input.session.id, 0);
+    return super.seedSession(input);
+  }
+
+  protected override tools() {
+    return [addTool(this.totals)];
+  }
+
+  protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+    return { reward: this.totals.get(session.id) === body.target ? 1 : 0 };
+  }
+
+  protected override closeSession(input: SessionRouteInput) {
+    this.totals.delete(input.session.id);
+    return super.closeSession(input);
+  }
+
+  /** Runs when a rollout's attempt is retired (in every mode): free what the session holds. */
+  protected override async retireSessionState({ sessionId }: { sessionId: string }) {
+    this.totals.delete(sessionId);
+  }
+}
+
+if (isMainModule(import.meta.url)) await serveMain(TallyServer);

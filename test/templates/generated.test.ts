@@ -1,0 +1,221 @@
+/**
+ * Every template as an author gets it: scaffolded without prompts into a temporary directory,
+ * installed (the SDK linked from this checkout, or for one kind a tarball from `npm pack`),
+ * typechecked, built, its own tests run, then
+ * served under `gym serve` from its deployment file and checkpointed with `gym ckpt checkpoint`.
+ * The exported resources server also survives a real crash: killed, served again, restored.
+ * One kind at a time: each step is a child process and CI has two cores.
+ */
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killEverything, stateServers } from "../e2e/helpers.js";
+import { BIN, REPO, exec, requireBuilt, shown, type Finished } from "./helpers.js";
+
+const MINUTE = 60_000;
+
+let root: string;
+/** The SDK packed by `npm pack`: one project installs it instead of linking the checkout. */
+let tarball: string;
+const stateFiles: string[] = [];
+
+beforeAll(async () => {
+  requireBuilt();
+  root = mkdtempSync(path.join(tmpdir(), "create-gym-generated-"));
+  const packed = await exec("npm", ["pack", "-w", "sdk", "--pack-destination", root], {
+    cwd: REPO,
+    timeoutMs: MINUTE,
+  });
+  expect(packed.code, shown(packed)).toBe(0);
+  tarball = path.join(root, packed.stdout.trim().split("\n").at(-1) ?? "");
+});
+
+afterAll(async () => {
+  await killEverything(root, stateFiles);
+  rmSync(root, { recursive: true, force: true });
+});
+
+/** Runs a step of the project in `dir`, expecting exit 0. */
+async function step(
+  dir: string,
+  command: string,
+  args: readonly string[],
+  timeoutMs = 2 * MINUTE,
+): Promise<Finished> {
+  const result = await exec(command, args, { cwd: dir, timeoutMs });
+  expect(result.code, `${command} ${args.join(" ")} in ${dir}\n${shown(result)}`).toBe(0);
+  return result;
+}
+
+/** The project's own `gym` (the SDK's bin, linked by npm install). */
+function gym(dir: string, args: readonly string[]): Promise<Finished> {
+  return step(dir, path.join(dir, "node_modules", ".bin", "gym"), args, MINUTE);
+}
+
+/** POSTs JSON with a cookie jar of one cookie; returns the status, body and new cookie. */
+async function post(
+  url: string,
+  body: unknown,
+  cookie: string,
+): Promise<{ status: number; body: unknown; cookie: string }> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(cookie === "" ? {} : { cookie }) },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const set = res.headers.get("set-cookie");
+  return { status: res.status, body: await res.json(), cookie: set?.split(";")[0] ?? cookie };
+}
+
+/** Each template: its flags, its server's name in deployment.yaml, a route of its own. */
+const VARIANTS = [
+  {
+    name: "tally",
+    flags: ["--kind", "resources", "--mode", "exported"],
+    server: "tally",
+    route: "/add",
+    exported: 1,
+  },
+  {
+    name: "multiplier",
+    flags: ["--kind", "resources", "--mode", "stateless", "--verify", "replay"],
+    server: "multiplier",
+    route: "/multiply",
+    exported: 0,
+  },
+  {
+    name: "restart-tally",
+    flags: ["--kind", "resources", "--mode", "restart_only"],
+    server: "tally",
+    route: "/add",
+    exported: 0,
+  },
+  { name: "planner", flags: ["--kind", "agent"], server: "planner", route: "/v1/responses" },
+  // Installed from the packed SDK rather than the checkout's link (the other supported way).
+  {
+    name: "word-count",
+    flags: ["--kind", "environment"],
+    server: "word_count",
+    route: "/run",
+    packed: true,
+  },
+] as const;
+
+/** A resources session's seed (native body). */
+const SEED = {
+  resources_session_id: "s1",
+  episode_id: { rollout_id: "ep1", attempt: 0 },
+  task_id: { taskset: "demo", task_id: "1" },
+  task_data: {},
+};
+
+describe.sequential("generated projects", () => {
+  for (const variant of VARIANTS) {
+    it(
+      `${variant.flags.join(" ")}: installs, builds, passes its tests, serves and checkpoints`,
+      { timeout: 6 * MINUTE },
+      async () => {
+        const dir = path.join(root, variant.name);
+        const packed = "packed" in variant;
+        await step(root, process.execPath, [
+          BIN,
+          variant.name,
+          ...variant.flags,
+          ...(packed ? ["--sdk", tarball] : []),
+          "--no-interactive",
+        ]);
+        const manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as {
+          dependencies: Record<string, string>;
+        };
+        const sdk = packed ? tarball : path.join(REPO, "sdk");
+        expect(manifest.dependencies["gym-participant-sdk"]).toBe(
+          `file:${path.relative(dir, sdk)}`,
+        );
+        await step(
+          dir,
+          "npm",
+          ["install", "--prefer-offline", "--no-audit", "--no-fund"],
+          4 * MINUTE,
+        );
+        await step(dir, "npm", ["run", "typecheck"]);
+        await step(dir, "npm", ["run", "build"]);
+        const tested = await step(dir, "npm", ["test"], 3 * MINUTE);
+        expect(tested.stdout).toMatch(/Tests\s+\d+ passed/);
+
+        stateFiles.push(path.join(dir, ".gym", "run.json"));
+        await gym(dir, ["serve", "deployment.yaml", "--detach"]);
+        const [server] = stateServers(path.join(dir, ".gym", "run.json"));
+        expect(server?.name).toBe(variant.server);
+        const openapi = (await (await fetch(`${server?.url}/openapi.json`)).json()) as {
+          paths: Record<string, unknown>;
+        };
+        expect(Object.keys(openapi.paths)).toContain(variant.route);
+
+        // A resources server holds a live session at the checkpoint: exported, or a restart.
+        if ("exported" in variant) {
+          const seeded = await post(`${server?.url}/ng-rollout/ep1/seed_session`, SEED, "");
+          expect(seeded.status).toBe(200);
+        }
+        const checkpoint = await step(dir, "npm", ["run", "checkpoint"]);
+        const exported = "exported" in variant ? variant.exported : 0;
+        expect(checkpoint.stdout).toMatch(
+          new RegExp(`\\(${exported} episode\\(s\\)\\); every participant resumed`),
+        );
+        const [written] = readdirSync(path.join(dir, "checkpoints"));
+        await gym(dir, ["ckpt", "inspect", `checkpoints/${written}`]);
+        await gym(dir, ["stop", "--deployment", "deployment.yaml"]);
+      },
+    );
+  }
+
+  it(
+    "tally: a session checkpointed under gym serve survives a crash",
+    { timeout: 2 * MINUTE },
+    async () => {
+      const dir = path.join(root, "tally");
+      const state = path.join(dir, ".gym", "run.json");
+      await gym(dir, ["serve", "deployment.yaml", "--detach"]);
+      const url = () => stateServers(state)[0]?.url ?? "";
+      let jar = (await post(`${url()}/ng-rollout/ep1/seed_session`, SEED, "")).cookie;
+      expect((await post(`${url()}/ng-rollout/ep1/add`, { amount: 2 }, jar)).body).toEqual({
+        total: 2,
+      });
+      const checkpoint = await gym(dir, [
+        "ckpt",
+        "checkpoint",
+        "--deployment",
+        "deployment.yaml",
+        "--dir",
+        "checkpoints/crash",
+      ]);
+      expect(checkpoint.stdout).toMatch(/\(1 episode\(s\)\)/);
+
+      await gym(dir, ["stop", "--deployment", "deployment.yaml", "--kill"]); // the crash
+      await gym(dir, ["serve", "deployment.yaml", "--detach"]);
+      await gym(dir, [
+        "ckpt",
+        "restore",
+        "--deployment",
+        "deployment.yaml",
+        "--id",
+        "restore-1",
+        "--dir",
+        "checkpoints/crash",
+        "--all",
+        "--resume",
+      ]);
+      // The crashed attempt is fenced; its replacement goes on with the old cookie.
+      const stale = await post(`${url()}/ng-rollout/ep1/add`, { amount: 3 }, jar);
+      expect(stale.status).toBe(409);
+      expect(stale.body).toMatchObject({ error: { code: "stale_attempt" } });
+      // 2 restored + 3 = the target 5.
+      jar = (await post(`${url()}/ng-rollout/ep1-a1/add`, { amount: 3 }, jar)).cookie;
+      const verified = await post(`${url()}/ng-rollout/ep1-a1/verify`, { target: 5 }, jar);
+      expect(verified.body).toMatchObject({ reward: 1 });
+      expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({ servers: { tally: {} } });
+      await gym(dir, ["stop", "--deployment", "deployment.yaml"]);
+    },
+  );
+});
