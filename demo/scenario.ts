@@ -195,7 +195,6 @@ export async function runScenario(
   const participants = await run.participants();
   const checkpointId = `demo-${Date.now()}`;
   const prepareSeconds: Partial<Record<ParticipantKind, number>> = {};
-  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   progress("prepare", "environment → model → agent → resources");
   const prepared: PrepareResult = await prepare(
     participants,
@@ -225,7 +224,6 @@ export async function runScenario(
     onReply: commitSecondsByKind.record,
   });
   const commitSeconds = (performance.now() - committedAt) / 1000;
-  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   const envExported = new Set(committed.counter_env?.episode_ids ?? []);
   const { cuts } = await run.backend<{ cuts: string[][] }>("GET", "/_ctl/cuts");
   const cutCalls = cuts.reduce((n, round) => n + round.length, 0);
@@ -254,7 +252,6 @@ export async function runScenario(
   // The dead attempts' held calls may finish now: nobody receives their answers.
   await run.backend("POST", "/_ctl/release", {});
   const restoredParticipants = await run.participants();
-  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   const restoredAt = performance.now();
   const restoreSecondsByKind = slowestByKind();
   await restore(restoredParticipants, {
@@ -265,7 +262,6 @@ export async function runScenario(
     onReply: restoreSecondsByKind.record,
   });
   const restoreSeconds = (performance.now() - restoredAt) / 1000;
-  (await import("node:child_process")).execSync("pkill -USR2 -f [e]ntrypoint || true");
   await resume(restoredParticipants, checkpointId, Date.now() / 1000 + 60);
 
   progress("replace", `${scope.length} replacement attempts`);
