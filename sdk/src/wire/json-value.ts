@@ -335,6 +335,11 @@ const PIECE_ITEMS = 2048;
 /** Containers nested deeper than this are emitted whole. */
 const PIECE_DEPTH = 4;
 const NOTHING_EXTENDED: Set<object> = new Set();
+/** Strings at least this long are emitted as they are when nothing in them needs escaping. */
+const RAW_STRING_CHARS = 1024;
+/** What JSON.stringify escapes in a string (and any surrogate, lone or not, to stay simple). */
+// eslint-disable-next-line no-control-regex -- raw control characters are what must be escaped
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
 
 /**
  * Encodes like {@link encodeJson}, handing the text to `emit` in pieces whose concatenation is
@@ -358,6 +363,13 @@ function emitPieces(
   depth: number,
   emit: (piece: string) => void,
 ): void {
+  if (typeof value === "string" && value.length >= RAW_STRING_CHARS && !NEEDS_ESCAPE.test(value)) {
+    // JSON.stringify would only copy it between quotes: hand the string itself to `emit`.
+    emit('"');
+    emit(value);
+    emit('"');
+    return;
+  }
   if (value === null || typeof value !== "object" || depth >= PIECE_DEPTH) {
     emit(writeValue(value, extended));
     return;

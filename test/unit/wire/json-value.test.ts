@@ -843,6 +843,35 @@ describe("encodeJsonPieces", () => {
     );
   });
 
+  it("writes long strings as JSON.stringify would, escapes and surrogates included", () => {
+    const longText = fc
+      .tuple(
+        fc.string({ unit: "binary", maxLength: 8 }),
+        fc.constantFrom(
+          "a",
+          'say "hi"',
+          "back\\slash",
+          "line\nbreak",
+          "\u0001",
+          "é",
+          "😀",
+          "\ud800",
+          "\udfff x",
+        ),
+        fc.integer({ min: 1000, max: 1100 }),
+      )
+      .map(([head, tail, n]) => head + "w".repeat(n) + tail);
+    fc.assert(
+      fc.property(longText, fc.constantFrom(0, 1, 2, 3, 4, 5), (text, depth) => {
+        let value: JsonValue = text;
+        for (let i = 0; i < depth; i++) value = i % 2 === 0 ? { k: value, n: i } : [i, value];
+        expect(pieces(value).join("")).toBe(encodeJson(value));
+        expect(pieces(value).join("")).toBe(JSON.stringify(value));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it("splits a large record into pieces no larger than its parts", () => {
     const text = "x".repeat(60_000);
     const record = {
