@@ -107,7 +107,12 @@ export type EpisodeCut = z.output<typeof EpisodeCutSchema>;
  */
 export function generationCutRecordFromAck(
   ack: GenerationCutPrefixAck,
-  source: { readonly captureKey: string; readonly requestItems: readonly unknown[] | null },
+  source: {
+    readonly captureKey: string;
+    readonly requestItems: readonly unknown[] | null;
+    /** `conversationDigest(requestItems)` when the caller computed it already. */
+    readonly requestDigest?: string;
+  },
 ): GenerationCutRecord {
   if (ack.disposition !== "durable_prefix") {
     throw new CaptureError(
@@ -119,7 +124,7 @@ export function generationCutRecordFromAck(
     GenerationCutRecordSchema,
     {
       model_call_id: ack.model_call_id,
-      request_digest: conversationDigest(source.requestItems ?? []),
+      request_digest: source.requestDigest ?? conversationDigest(source.requestItems ?? []),
       continuation: {
         source_capture_key: source.captureKey,
         source_model_call_id: ack.model_call_id,

@@ -8,6 +8,7 @@
 import type { Logger } from "pino";
 import { Agent } from "undici";
 import { generationCutRecordFromAck } from "../../capture/continuation.js";
+import { conversationDigest } from "../../capture/fingerprints.js";
 import {
   GENERATION_CUT_ROUTE,
   GenerationCutReceiptSchema,
@@ -30,6 +31,24 @@ export interface CutRequesterOptions {
   /** Explicit control root per backend base URL (else derived from the base URL). */
   readonly controlUrls?: Readonly<Record<string, string>> | null;
   readonly logger?: Logger;
+}
+
+/** Calls digested per turn of the event loop while a cut request is out. */
+const DIGESTS_PER_TURN = 256;
+
+/**
+ * `conversationDigest` of each call's request items, by ticket, a slice per event-loop turn so
+ * the cut request already sent keeps flowing.
+ */
+async function requestDigestsOf(calls: readonly Ticket[]): Promise<Map<string, string>> {
+  const digests = new Map<string, string>();
+  for (let i = 0; i < calls.length; i += DIGESTS_PER_TURN) {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    for (const t of calls.slice(i, i + DIGESTS_PER_TURN)) {
+      digests.set(t.ticketId, conversationDigest(t.capture?.requestItems ?? []));
+    }
+  }
+  return digests;
 }
 
 /** The worker control root of a backend: its base URL without a trailing `/` or `/v1`. */
@@ -85,6 +104,7 @@ export class CutRequester {
       admitted_at: t.admittedAt,
     }));
     let acks: Map<string, GenerationCutPrefixAck>;
+    let digests: ReadonlyMap<string, string> = new Map();
     try {
       const inventory = buildGenerationCutInventory({
         checkpoint_id: this.#options.checkpointId(),
@@ -93,7 +113,7 @@ export class CutRequester {
       });
       const root = this.#options.controlUrls?.[backend] ?? controlRootOf(backend);
       const url = new URL(`${root}${GENERATION_CUT_ROUTE}`);
-      const response = await this.#pool.request({
+      const responding = this.#pool.request({
         origin: url.origin,
         path: url.pathname,
         method: "POST",
@@ -106,6 +126,12 @@ export class CutRequester {
         headersTimeout: 0,
         bodyTimeout: 0,
       });
+      // Handled here, awaited below: a failure while the digests run is not unhandled.
+      responding.catch(() => undefined);
+      // The worker stages the round on its own core meanwhile: the request digests the cut
+      // records need are computed now, between sends, instead of after the receipt.
+      digests = await requestDigestsOf(calls);
+      const response = await responding;
       const text = await response.body.text();
       if (response.statusCode < 200 || response.statusCode >= 300) {
         throw new Error(`HTTP ${response.statusCode}: ${text.slice(0, 300)}`);
@@ -126,9 +152,11 @@ export class CutRequester {
       if (ack === undefined) continue;
       t.cut = ack;
       if (ack.disposition === "durable_prefix") {
+        const requestDigest = digests.get(t.ticketId);
         t.cutRecord = generationCutRecordFromAck(ack, {
           captureKey: t.captureKey,
           requestItems: t.capture?.requestItems ?? [],
+          ...(requestDigest === undefined ? {} : { requestDigest }),
         });
       } else {
         failed += 1;
