@@ -5,7 +5,7 @@
  *
  *   npm run demo -- --rollouts 64 [--keep] [--json]
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
@@ -42,6 +42,7 @@ try {
 } catch (error) {
   if (live) process.stderr.write("\n");
   process.stderr.write(`demo failed: ${(error as Error).stack ?? String(error)}\n`);
+  process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
   await run.stop().catch(() => undefined);
   process.exit(1);
 }
@@ -84,9 +85,13 @@ if (options.json) {
     for (const problem of report.problems.slice(0, 20)) process.stdout.write(`  - ${problem}\n`);
   }
 }
+const ok = report.problems.length === 0;
 if (options.keep) {
   process.stderr.write(`servers left running; stop with: npx gym stop --state ${run.stateFile}\n`);
 } else {
   await run.stop();
+  // A temporary run directory goes with a clean run; a failed one keeps its logs to read.
+  if (ok && options.dir === undefined) rmSync(dir, { recursive: true, force: true });
+  else process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
 }
-process.exit(report.problems.length === 0 ? 0 : 1);
+process.exit(ok ? 0 : 1);

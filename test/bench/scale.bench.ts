@@ -6,7 +6,7 @@
  * checks the contract (every rollout finished before the checkpoint or was exported; every
  * exported one completes after the restore). Figures only: nothing here asserts on time.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
@@ -66,9 +66,14 @@ try {
   process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
   for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
   await run.stop();
-  process.exit(report.problems.length === 0 ? 0 : 1);
+  const ok = report.problems.length === 0;
+  // A temporary run directory (thousands of ledger files) goes with a clean run.
+  if (ok && options.dir === undefined) rmSync(dir, { recursive: true, force: true });
+  else process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
+  process.exit(ok ? 0 : 1);
 } catch (error) {
   process.stderr.write(`bench failed: ${(error as Error).stack ?? String(error)}\n`);
+  process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
   await run.stop().catch(() => undefined);
   process.exit(1);
 }
