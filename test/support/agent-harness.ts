@@ -35,7 +35,9 @@ import type { ServerOptions } from "../../sdk/src/server/server.js";
 import { untilSettledOrAborted } from "../../sdk/src/util/abortable.js";
 import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
 import type { JsonValue } from "../../sdk/src/wire/json-value.js";
-import { controlRoutes } from "./control-routes.js";
+import { CONTROL, controlRoutes } from "./control-routes.js";
+export { CONTROL } from "./control-routes.js";
+import { ACTIVATION_HEADER } from "../../sdk/src/server/agent/agent-wire.js";
 
 // ------------------------------------------------------------------------------ the model
 
@@ -361,10 +363,9 @@ export class RestartOnlyAgent extends ScriptedBase {}
 
 export const TOKEN = "agent-token";
 export const CHECKPOINT_ON = { enabled: true, control_auth_token: TOKEN } as const;
-export const CONTROL = "/ng-control/v1/checkpoint";
 export const SEED = "/v1/agent_sessions";
 export const CLOSE = "/v1/agent_sessions/close";
-export const ACTIVATION = "x-ng-agent-activation";
+export const ACTIVATION = ACTIVATION_HEADER;
 
 /** An absolute deadline `seconds` from now. */
 export function deadline(seconds = 10): number {

@@ -4,9 +4,10 @@
  */
 import type { Express } from "express";
 import request from "supertest";
+import { CONTROL_PREFIX } from "../../sdk/src/wire/control.js";
 
-/** The control routes' prefix. */
-export const CONTROL = "/ng-control/v1/checkpoint";
+/** The control routes' prefix (the SDK's own constant). */
+export const CONTROL = CONTROL_PREFIX;
 
 /** A deadline `seconds` from now, in epoch seconds (the wire's `deadline_ts`). */
 export function deadlineIn(seconds = 30): number {

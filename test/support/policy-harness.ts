@@ -18,13 +18,13 @@ import type { CallEntry } from "../../reference-servers/fake-inference/src/index
 import { PolicyModelServer } from "../../sdk/src/server/policy-model-server.js";
 import type { Ticket } from "../../sdk/src/participants/model/policy-gate.js";
 import { makeTempDir, removeTempDir } from "./test-participant.js";
-import { controlRoutes } from "./control-routes.js";
+import { CONTROL, controlRoutes } from "./control-routes.js";
+export { CONTROL } from "./control-routes.js";
 
 /** The checkpoint control token every server of these tests shares. */
 export const TOKEN = "policy-harness-token";
 /** The capture control token of the ledger control routes. */
 export const CAPTURE_TOKEN = "policy-harness-capture-token";
-export const CONTROL = "/ng-control/v1/checkpoint";
 export const LEDGER = "/training-token-capture/control";
 /** Bounded polls for state reached through other servers. */
 export const POLL = { timeout: 5000, interval: 5 } as const;

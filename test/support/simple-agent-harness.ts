@@ -24,12 +24,13 @@ import type { ResolvedDeployment, ServerKind } from "../../sdk/src/wire/deployme
 import type { RecordBase } from "../../sdk/src/wire/storage.js";
 import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.js";
 import { makeTempDir, removeTempDir } from "./test-participant.js";
-import { controlRoutes } from "./control-routes.js";
+import { CONTROL, controlRoutes } from "./control-routes.js";
+export { CONTROL } from "./control-routes.js";
+import { ACTIVATION_HEADER } from "../../sdk/src/server/agent/agent-wire.js";
 
 export const TOKEN = "simple-agent-token";
 export const CHECKPOINT_ON = { enabled: true, control_auth_token: TOKEN } as const;
-export const CONTROL = "/ng-control/v1/checkpoint";
-export const ACTIVATION = "x-ng-agent-activation";
+export const ACTIVATION = ACTIVATION_HEADER;
 /** Bounded polls for state reached through other servers. */
 export const POLL = { timeout: 5000, interval: 2 } as const;
 const silent = { logLevel: "silent", shutdownGraceMs: 50 } as const;

@@ -14,10 +14,10 @@ import {
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import SingleAgentTurnServer from "../../../reference-servers/single-agent-turn/src/index.js";
 import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+import { CONTROL } from "../../support/control-routes.js";
 
 const TOKEN = "real-token";
 const on = { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: 600 };
-const CONTROL = "/ng-control/v1/checkpoint";
 const TASK = {
   task_id: { taskset: "counter", task_id: "1" },
   task_input: {

@@ -26,10 +26,10 @@ import {
 } from "../../../sdk/src/server/resources/session-cookie.js";
 import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
+import { CONTROL } from "../../support/control-routes.js";
 
 const TOKEN = "resources-property-token";
 const AUTH = `Bearer ${TOKEN}`;
-const CONTROL = "/ng-control/v1/checkpoint";
 const ROLLOUTS = 3;
 
 /** Lets other requests interleave with a handler (widens the in-flight window). */
