@@ -106,6 +106,21 @@ async function rawRead(file: string): Promise<void> {
   hash.digest("hex");
 }
 
+/**
+ * Allocates and touches `bytes` of fresh memory, then lets it go: what the page faults alone of
+ * materializing that much cost on this machine (a floor under any restore that keeps its
+ * records). Chunks of 64 MB are above glibc's largest mmap threshold, so each run maps them anew
+ * instead of reusing the last run's pages.
+ */
+function touchFresh(bytes: number): number {
+  const chunk = 64 * 1024 * 1024;
+  let touched = 0;
+  for (let left = bytes; left > 0; left -= chunk) {
+    touched += Buffer.allocUnsafeSlow(Math.min(left, chunk)).fill(1).length;
+  }
+  return touched;
+}
+
 async function bench(shape: string, makeRecord: (i: number) => RecordBase): Promise<void> {
   const root = await mkdtemp(path.join(os.tmpdir(), "gym-store-bench-"));
   const records = Array.from({ length: RECORDS }, (_, i) => makeRecord(i));
@@ -118,6 +133,7 @@ async function bench(shape: string, makeRecord: (i: number) => RecordBase): Prom
   const commits: number[] = [];
   const rawReads: number[] = [];
   const restores: number[] = [];
+  const touches: number[] = [];
   for (let run = 0; run < RUNS; run++) {
     const dir = path.join(root, `run-${run}`);
     const rawFile = path.join(root, `raw-${run}.jsonl`);
@@ -133,6 +149,7 @@ async function bench(shape: string, makeRecord: (i: number) => RecordBase): Prom
       ),
     );
     rawReads.push(await timed(() => rawRead(rawFile)));
+    touches.push(await timed(async () => touchFresh(totalBytes)));
     restores.push(
       await timed(async () => {
         const result = await readCheckpoint({
@@ -168,6 +185,7 @@ async function bench(shape: string, makeRecord: (i: number) => RecordBase): Prom
     row("raw write+sha256+fsync", rawWrites, rawWrites),
     row("commit (RecordsWriter)", commits, rawWrites),
     row("raw read+sha256", rawReads, rawReads),
+    row("touch fresh memory, same size", touches, rawReads),
     row("restore (readCheckpoint)", restores, rawReads),
   ]);
 }
