@@ -1,4 +1,4 @@
-import { mkdir, open, readdir, stat, unlink, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
@@ -18,6 +18,15 @@ import {
 } from "./files.js";
 import { KeyedMutex } from "./keyed-mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
+import {
+  EmptyFileBatch,
+  existsSync,
+  inSlices,
+  overwriteFileSync,
+  renameIfPresentSync,
+  replaceFileSync,
+  unlinkIfPresentSync,
+} from "./file-batch.js";
 import { mapLimited } from "./map-limited.js";
 import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
@@ -236,22 +245,29 @@ export class CaptureLedger {
    */
   async retire(keys: readonly string[]): Promise<LedgerRemoval> {
     const batch = ledgerKeyBatch(keys);
-    if (batch.length === 0) return { removed: [], absent: [] };
+    return partition(batch, await this.#retireBatch(batch));
+  }
+
+  /** {@link retire} of a validated batch; per key, whether its ledger was removed. */
+  async #retireBatch(batch: readonly string[]): Promise<boolean[]> {
+    if (batch.length === 0) return [];
     await this.#locks.run(batch, async () => {
       await this.#ensureDir();
-      await mapLimited(batch, FILE_CONCURRENCY, (key) => this.#createFence(key));
+      const fences = new EmptyFileBatch();
+      await inSlices(batch, (key) => fences.create(this.#path(key, "fence")));
     });
     await fsyncDir(this.#dir);
     const removedFlags = await this.#locks.run(batch, async () =>
-      mapLimited(batch, FILE_CONCURRENCY, async (key) => {
+      inSlices(batch, (key) => {
         this.#cache.drop(key);
-        if (!(await this.#exists(key, "fence"))) return false;
-        const removed = await this.#unlink(key, "ledger");
-        await this.#unlink(key, "started");
+        // Gone: another ledger deleted the key meanwhile, and may have written it anew.
+        if (!existsSync(this.#path(key, "fence"))) return false;
+        const removed = unlinkIfPresentSync(this.#path(key, "ledger"));
+        unlinkIfPresentSync(this.#path(key, "started"));
         return removed;
       }),
     );
-    return partition(batch, removedFlags);
+    return removedFlags;
   }
 
   /**
@@ -263,7 +279,7 @@ export class CaptureLedger {
     const batch = ledgerKeyBatch(keys);
     if (batch.length === 0) return { removed: [], absent: [] };
     const removedFlags = await this.#locks.run(batch, async () => {
-      const flags = await mapLimited(batch, FILE_CONCURRENCY, (key) => this.#deleteFiles(key));
+      const flags = await inSlices(batch, (key) => this.#deleteFiles(key));
       // Even when nothing was found: an overlapping delete may not have synced its removals.
       await fsyncDir(this.#dir);
       return flags;
@@ -273,13 +289,7 @@ export class CaptureLedger {
 
   /** Retires, in one batch, the ledgers of attempts `0..e.attempt` of every episode. */
   async retireLedgers(episodes: Iterable<EpisodeId>): Promise<LedgerRemoval> {
-    const keys: string[] = [];
-    for (const episode of episodes) {
-      for (let attempt = 0; attempt <= episode.attempt; attempt++) {
-        keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
-      }
-    }
-    return await this.retire(keys);
+    return await this.retire(attemptKeysThrough(episodes));
   }
 
   /**
@@ -301,23 +311,42 @@ export class CaptureLedger {
       return { imported: [], cleared: [], retired: { removed: [], absent: [] } };
     }
     await this.#ensureDir();
-    const index = new RolloutIndex(await readdir(this.#dir));
+    const listed = await readdir(this.#dir);
+    const index = new RolloutIndex(listed);
     const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
-    const lockKeys = [...doomed.map((file) => file.key), ...plans.map((plan) => plan.targetKey)];
+    const lockKeys = [
+      ...doomed.map((file) => file.key),
+      ...plans.flatMap((plan) => [plan.targetKey, plan.sourceKey]),
+    ];
+    const moved = new Set<string>();
     await this.#locks.run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
-      await mapLimited(doomed, FILE_CONCURRENCY, (file) => this.#unlinkName(file.name));
+      await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
+      const present = new Set(listed);
       const writes = plans.filter((plan) => plan.text.length > 0);
-      await mapLimited(writes, FILE_CONCURRENCY, async (plan) => {
-        await writeFile(this.#path(plan.targetKey, "ledger"), plan.text, { flag: "w" });
+      await inSlices(writes, (plan) => {
+        const target = this.#path(plan.targetKey, "ledger");
+        // The source's ledger, retired below anyway, becomes the target's file: a rename is far
+        // cheaper than a new inode, and its rows are replaced whole right after.
+        const source = captureFileName(plan.sourceKey, "ledger");
+        if (present.has(source) && renameIfPresentSync(path.join(this.#dir, source), target)) {
+          moved.add(plan.sourceKey);
+          overwriteFileSync(target, plan.text);
+        } else {
+          replaceFileSync(target, plan.text);
+        }
       });
       await fsyncDir(this.#dir);
     });
-    const retired = await this.retireLedgers(plans.map((plan) => plan.source));
+    const retiring = ledgerKeyBatch(attemptKeysThrough(plans.map((plan) => plan.source)));
+    const removed = await this.#retireBatch(retiring);
     return {
       imported: plans.map((plan) => plan.targetKey),
       cleared: doomed.map((file) => file.name).sort(),
-      retired,
+      retired: partition(
+        retiring,
+        removed.map((flag, i) => flag || moved.has(retiring[i] as string)),
+      ),
     };
   }
 
@@ -358,7 +387,7 @@ export class CaptureLedger {
     ledgerEpisode(key);
     return await this.#locks.run([key], async () => {
       if (await this.#exists(key, "started")) return false;
-      await this.#deleteFiles(key);
+      this.#deleteFiles(key);
       await fsyncDir(this.#dir);
       return true;
     });
@@ -417,35 +446,11 @@ export class CaptureLedger {
     if (await this.#exists(key, "fence")) throw new RolloutRetiredError(key);
   }
 
-  /** Creates the fence of `key` unless it exists; an existing fence is left untouched. */
-  async #createFence(key: string): Promise<void> {
-    try {
-      const handle = await open(this.#path(key, "fence"), "wx");
-      await handle.close();
-    } catch (error) {
-      if (!isCode(error, "EEXIST")) throw error;
-    }
-  }
-
   /** Removes every ledger file of `key`; whether its ledger existed. */
-  async #deleteFiles(key: string): Promise<boolean> {
+  #deleteFiles(key: string): boolean {
     this.#cache.drop(key);
-    const [ledger] = await Promise.all(LEDGER_FILE_KINDS.map((kind) => this.#unlink(key, kind)));
+    const [ledger] = LEDGER_FILE_KINDS.map((kind) => unlinkIfPresentSync(this.#path(key, kind)));
     return ledger === true;
-  }
-
-  async #unlink(key: string, kind: CaptureFileKind): Promise<boolean> {
-    return await this.#unlinkName(captureFileName(key, kind));
-  }
-
-  async #unlinkName(name: string): Promise<boolean> {
-    try {
-      await unlink(path.join(this.#dir, name));
-      return true;
-    } catch (error) {
-      if (isCode(error, "ENOENT")) return false;
-      throw error;
-    }
   }
 
   async #exists(key: string, kind: CaptureFileKind): Promise<boolean> {
@@ -474,6 +479,17 @@ export class CaptureLedger {
   }
 }
 
+/** The capture keys of attempts `0..e.attempt` of every episode. */
+function attemptKeysThrough(episodes: Iterable<EpisodeId>): string[] {
+  const keys: string[] = [];
+  for (const episode of episodes) {
+    for (let attempt = 0; attempt <= episode.attempt; attempt++) {
+      keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
+    }
+  }
+  return keys;
+}
+
 /** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
 function partition(batch: readonly string[], removed: readonly boolean[]): LedgerRemoval {
   return {
@@ -485,6 +501,7 @@ function partition(batch: readonly string[], removed: readonly boolean[]): Ledge
 interface ImportPlan {
   readonly targetKey: string;
   readonly target: EpisodeId;
+  readonly sourceKey: string;
   readonly source: EpisodeId;
   /** The target ledger's text: the stamped rows' lines. */
   readonly text: string;
@@ -510,6 +527,6 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
     const text = stampRows(rows, sourceKey)
       .map((row) => encodeRowLine(targetKey, row))
       .join("");
-    return { targetKey, target, source, text };
+    return { targetKey, target, sourceKey, source, text };
   });
 }
