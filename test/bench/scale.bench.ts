@@ -31,13 +31,16 @@ const KINDS = ["environment", "model", "agent", "resources"] as const;
 const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
 const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
 let last = 0;
+let lastStage = "";
 try {
   const report = await runScenario(run, {
     rollouts: options.rollouts,
+    // A new stage prints at once; a stage's counters (thousands of updates) every 2 s.
     progress: (stage, detail) => {
-      if (Date.now() - last > 2000 || stage !== "send") {
+      if (stage !== lastStage || Date.now() - last > 2000) {
         process.stderr.write(`${stage.padEnd(8)} ${detail ?? ""}\n`);
         last = Date.now();
+        lastStage = stage;
       }
     },
   });

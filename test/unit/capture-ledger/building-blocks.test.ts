@@ -1,8 +1,11 @@
 /**
  * The ledger's building blocks: file names and their parsing (spec §5.1), key batches, the
- * rollout index of one directory listing (§6.3 step 7), the per-key lock and bounded fan-out.
+ * rollout index of one directory listing (§6.3 step 7), the per-key lock, and the synchronous
+ * file operations of a batch.
  */
-import { describe, expect, it } from "vitest";
+import { readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { InvalidLedgerKeyError } from "../../../sdk/src/capture/ledger/errors.js";
 import {
   captureFileName,
@@ -10,10 +13,15 @@ import {
   parseCaptureFileName,
 } from "../../../sdk/src/capture/ledger/files.js";
 import { KeyedMutex } from "../../../sdk/src/capture/ledger/keyed-mutex.js";
-import { mapLimited } from "../../../sdk/src/capture/ledger/map-limited.js";
+import {
+  EmptyFileBatch,
+  inSlices,
+  overwriteFileSync,
+} from "../../../sdk/src/capture/ledger/file-batch.js";
 import { RolloutIndex } from "../../../sdk/src/capture/ledger/rollout-index.js";
 import { episodeId } from "../../../sdk/src/identity/episode-id.js";
 import { deferred } from "../../../sdk/src/util/deferred.js";
+import { makeTempDir, removeTempDir } from "./helpers.js";
 
 describe("capture file names", () => {
   it.each([
@@ -126,40 +134,83 @@ describe("KeyedMutex", () => {
   });
 });
 
-describe("mapLimited", () => {
-  it("keeps at most `limit` calls in flight and returns results in item order", async () => {
-    const gates = Array.from({ length: 5 }, () => deferred());
-    let inFlight = 0;
-    let most = 0;
-    const running = mapLimited([0, 1, 2, 3, 4], 2, async (i) => {
-      inFlight += 1;
-      most = Math.max(most, inFlight);
-      await gates[i]!.promise;
-      inFlight -= 1;
-      return i * 10;
-    });
-    for (const gate of [...gates].reverse()) gate.resolve();
+describe("inSlices", () => {
+  it("runs every item in order, handing the event loop a turn between slices", async () => {
+    const seen: string[] = [];
+    const timer = new Promise<void>((resolve) =>
+      setImmediate(() => {
+        seen.push("turn");
+        resolve();
+      }),
+    );
+    const items = Array.from({ length: 300 }, (_, i) => i);
 
-    expect(await running).toEqual([0, 10, 20, 30, 40]);
-    expect(most).toBe(2);
+    const results = await inSlices(items, (i) => {
+      seen.push(`op ${i}`);
+      return i * 2;
+    });
+    await timer;
+
+    expect(results).toEqual(items.map((i) => i * 2));
+    // The other task ran after the first slice of 128 and before the batch ended.
+    expect(seen.indexOf("turn")).toBe(128);
   });
 
-  it("throws the first failure after the calls in flight settled, starting no more", async () => {
-    const started: number[] = [];
-    const slow = deferred();
-    let slowDone = false;
-    const running = mapLimited([0, 1, 2, 3], 2, async (i) => {
-      started.push(i);
-      if (i === 0) {
-        await slow.promise;
-        slowDone = true;
-      }
+  it("throws the first failure and leaves the later items alone", async () => {
+    const ran: number[] = [];
+    const running = inSlices([0, 1, 2, 3], (i) => {
+      ran.push(i);
       if (i === 1) throw new Error("fail 1");
     });
-    const outcome = running.catch((error: unknown) => ({ error, slowDone }));
-    slow.resolve();
 
-    expect(await outcome).toEqual({ error: new Error("fail 1"), slowDone: true });
-    expect(started).toEqual([0, 1]);
+    await expect(running).rejects.toThrow("fail 1");
+    expect(ran).toEqual([0, 1]);
+  });
+});
+
+describe("file batch operations", () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await makeTempDir();
+  });
+  afterEach(async () => {
+    await removeTempDir(dir);
+  });
+  const at = (name: string): string => path.join(dir, name);
+
+  it("creates a batch's empty files as links to its first, telling created from existing", async () => {
+    const batch = new EmptyFileBatch();
+    writeFileSync(at("b"), "");
+
+    expect(["a", "b", "c", "d"].map((name) => batch.create(at(name)))).toEqual([
+      true,
+      false,
+      true,
+      true,
+    ]);
+    expect(["a", "c", "d"].map((name) => readFileSync(at(name), "utf8"))).toEqual(["", "", ""]);
+    expect(statSync(at("c")).ino).toBe(statSync(at("a")).ino);
+    expect(statSync(at("a")).nlink).toBe(3);
+  });
+
+  it("creates a file of its own when the link source is gone, and links to it next", async () => {
+    const batch = new EmptyFileBatch();
+    batch.create(at("a"));
+    unlinkSync(at("a"));
+
+    expect(batch.create(at("b"))).toBe(true);
+    expect(batch.create(at("c"))).toBe(true);
+    expect(statSync(at("b")).nlink).toBe(2);
+    expect(statSync(at("c")).ino).toBe(statSync(at("b")).ino);
+  });
+
+  it("overwrites a file in place and cuts it to the new text", async () => {
+    writeFileSync(at("f"), "a long old content\n");
+    const ino = statSync(at("f")).ino;
+
+    overwriteFileSync(at("f"), "new\n");
+
+    expect(readFileSync(at("f"), "utf8")).toBe("new\n");
+    expect(statSync(at("f")).ino).toBe(ino);
   });
 });
