@@ -75,10 +75,13 @@ export class RecordsWriter {
     } catch (error) {
       throw ioError(dir, error);
     }
-    const tmpPath = path.join(dir, `.records.jsonl.${randomBytes(8).toString("hex")}`);
+    const suffix = randomBytes(8).toString("hex");
+    const tmpPath = path.join(dir, `.records.jsonl.${suffix}`);
+    const manifestTmp = path.join(dir, `.manifest.json.${suffix}`);
     let published = false;
     try {
-      const { sha256, count } = await this.#writeRecords(tmpPath, records, dir);
+      const { handle, sha256, count } = await this.#writeRecords(tmpPath, records, dir);
+      const syncing = syncAndClose(handle);
       const manifest: Manifest = {
         ...(this.#target.manifestExtra ?? {}),
         schema_version: MANIFEST_SCHEMA_VERSION,
@@ -89,23 +92,40 @@ export class RecordsWriter {
         records_sha256: sha256,
         record_count: count,
       };
-      // Serialized before anything is published: extras that are not JSON fail here, with
-      // nothing renamed into the directory.
-      const manifestText = manifestTextOf(manifest);
-      await this.#fsyncParents(dir);
-      const outcome = await this.#publish(dir, tmpPath, manifest, manifestText);
+      let manifestText: string;
+      try {
+        // Serialized before anything is published: extras that are not JSON fail here, with
+        // nothing renamed into the directory.
+        manifestText = manifestTextOf(manifest);
+      } catch (error) {
+        await syncing.catch(() => undefined);
+        throw error;
+      }
+      // Every fsync publication needs, at once: the file system can commit them together
+      // (ext4 joins concurrent fsyncs into one journal commit), where one after another each
+      // waited its own. The manifest's temporary is no manifest until it is linked.
+      await allOrFirstFailure(dir, [
+        syncing,
+        ...this.#parents(dir).map((parent) => fsyncDir(parent)),
+        writeDurably(manifestTmp, manifestText),
+      ]);
+      const outcome = await this.#publish(dir, tmpPath, manifestTmp, manifest);
       published = true;
       return outcome;
     } finally {
-      if (!published) await unlink(tmpPath).catch(() => undefined);
+      if (!published) {
+        await unlink(tmpPath).catch(() => undefined);
+        await unlink(manifestTmp).catch(() => undefined);
+      }
     }
   }
 
+  /** Writes and hashes every record into a new file, left open (unsynced) for the caller. */
   async #writeRecords(
     tmpPath: string,
     records: Iterable<RecordBase>,
     dir: string,
-  ): Promise<{ sha256: string; count: number }> {
+  ): Promise<{ handle: FileHandle; sha256: string; count: number }> {
     let handle: FileHandle;
     try {
       handle = await open(tmpPath, "wx");
@@ -122,15 +142,13 @@ export class RecordsWriter {
         count += 1;
       }
       await lines.finish();
-      await handle.sync();
     } catch (error) {
       await lines.settle();
+      await handle.close().catch(() => undefined);
       if (error instanceof CheckpointStateError) throw error;
       throw ioError(dir, error);
-    } finally {
-      await handle.close().catch(() => undefined);
     }
-    return { sha256: hash.digest("hex"), count };
+    return { handle, sha256: hash.digest("hex"), count };
   }
 
   #checkNotStopped(): void {
@@ -141,24 +159,21 @@ export class RecordsWriter {
     }
   }
 
-  /** fsyncs `<kind>`, `gym` and `<checkpoint_dir>`: entries a crash must not lose. */
-  async #fsyncParents(dir: string): Promise<void> {
+  /** `<kind>`, `gym` and `<checkpoint_dir>`: the entries a crash must not lose. */
+  #parents(dir: string): string[] {
     const top = path.resolve(this.#target.checkpointDir);
-    try {
-      for (let current = path.dirname(path.resolve(dir)); ; current = path.dirname(current)) {
-        await fsyncDir(current);
-        if (current === top || current === path.dirname(current)) break;
-      }
-    } catch (error) {
-      throw ioError(dir, error);
+    const parents: string[] = [];
+    for (let current = path.dirname(path.resolve(dir)); ; current = path.dirname(current)) {
+      parents.push(current);
+      if (current === top || current === path.dirname(current)) return parents;
     }
   }
 
   async #publish(
     dir: string,
     tmpPath: string,
+    manifestTmp: string,
     manifest: Manifest,
-    manifestText: string,
   ): Promise<Manifest> {
     return await this.#publication.runExclusive(async () => {
       this.#checkNotStopped();
@@ -167,7 +182,7 @@ export class RecordsWriter {
       let created: boolean;
       try {
         await rename(tmpPath, recordsPath);
-        created = await createExclusively(dir, manifestPath, manifestText);
+        created = await linkExclusively(manifestTmp, manifestPath);
       } catch (error) {
         throw ioError(dir, error);
       }
@@ -189,6 +204,24 @@ export class RecordsWriter {
           `${JSON.stringify(existing?.checkpoint_id ?? null)}); write each checkpoint to a fresh directory`,
       );
     });
+  }
+}
+
+/** Waits for every step; then throws the first failure, as `invalid_checkpoint_state`. */
+async function allOrFirstFailure(dir: string, steps: Promise<unknown>[]): Promise<void> {
+  const outcomes = await Promise.allSettled(steps);
+  const failed = outcomes.find((outcome) => outcome.status === "rejected");
+  if (failed === undefined) return;
+  const reason: unknown = (failed as PromiseRejectedResult).reason;
+  throw reason instanceof CheckpointStateError ? reason : ioError(dir, reason);
+}
+
+/** fsyncs and closes a file; closes it also when the fsync fails. */
+async function syncAndClose(handle: FileHandle): Promise<void> {
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close().catch(() => undefined);
   }
 }
 
@@ -346,24 +379,22 @@ function safeKey(record: RecordBase): string {
   }
 }
 
-/** Creates `target` with `content` only if absent (temp file, fsync, hard link). */
-async function createExclusively(dir: string, target: string, content: string): Promise<boolean> {
-  const tmp = path.join(dir, `.manifest.json.${randomBytes(8).toString("hex")}`);
-  const handle = await open(tmp, "wx");
+/** Creates `file` (new) holding `content`, fsynced. */
+async function writeDurably(file: string, content: string): Promise<void> {
+  const handle = await open(file, "wx");
   try {
     await handle.writeFile(content, "utf8");
     await handle.sync();
-  } catch (error) {
+  } finally {
     await handle.close().catch(() => undefined);
-    await unlink(tmp).catch(() => undefined);
-    throw error;
   }
-  try {
-    await handle.close();
-  } catch (error) {
-    await unlink(tmp).catch(() => undefined);
-    throw error;
-  }
+}
+
+/**
+ * Publishes the fsynced temporary `tmp` as `target` only if `target` is absent (a hard link
+ * fails when it exists), then removes the temporary; whether it published.
+ */
+async function linkExclusively(tmp: string, target: string): Promise<boolean> {
   try {
     await link(tmp, target);
     return true;

@@ -46,6 +46,7 @@ vi.mock("node:fs/promises", async (importOriginal) => {
     handle.sync = async () => {
       await hook("sync", file);
       await sync();
+      fsHooks.events.push(`synced ${String(file)}`);
     };
     const writev = handle.writev.bind(handle);
     handle.writev = (async (buffers: readonly NodeJS.ArrayBufferView[], position?: number) => {
@@ -92,7 +93,7 @@ afterEach(async () => {
 /** Events relative to the temporary directory, random suffixes of temporaries as `*`. */
 function trace(): string[] {
   return fsHooks.events
-    .filter((event) => event.includes(dir))
+    .filter((event) => event.includes(dir) && !event.startsWith("synced "))
     .map((event) => {
       const [op, file] = [event.slice(0, event.indexOf(" ")), event.slice(event.indexOf(" ") + 1)];
       const rel = path.relative(dir, file) || ".";
@@ -109,15 +110,21 @@ function ioFailure(code: string): NodeJS.ErrnoException {
 }
 
 describe("fsync and write order (§7.4 steps 4–9)", () => {
-  it("fsyncs the records file, then <kind>, gym and <checkpoint_dir> before publishing; the manifest before its link; the participant directory last", async () => {
+  it("fsyncs the records file, <kind>, gym, <checkpoint_dir> and the manifest's temporary before publishing; the participant directory last", async () => {
     const manifest = await writer(dir).write(RECORDS);
-    expect(trace()).toEqual([
-      `sync ${PD}/.records.jsonl.*`,
-      `sync gym/${KIND}`,
-      "sync gym",
-      "sync .",
+    const events = trace();
+    // One round, started together: their order among themselves is the scheduler's.
+    expect(events.slice(0, 5).sort()).toEqual(
+      [
+        `sync ${PD}/.records.jsonl.*`,
+        `sync gym/${KIND}`,
+        "sync gym",
+        "sync .",
+        `sync ${PD}/.manifest.json.*`,
+      ].sort(),
+    );
+    expect(events.slice(5)).toEqual([
       `rename ${PD}/${manifest.records_file}`,
-      `sync ${PD}/.manifest.json.*`,
       `link ${PD}/manifest.json`,
       `unlink ${PD}/.manifest.json.*`,
       `sync ${PD}`,
@@ -126,11 +133,42 @@ describe("fsync and write order (§7.4 steps 4–9)", () => {
     expect(fsHooks.events).not.toContain(`sync ${path.dirname(dir)}`);
   });
 
+  it.each([
+    ["the records file", (file: string) => file.includes(".records.jsonl.")],
+    ["gym", (file: string) => file.endsWith(`${path.sep}gym`)],
+    ["the manifest's temporary", (file: string) => file.includes(".manifest.json.")],
+  ])("publishes nothing until the fsync of %s completed", async (_what, isHeld) => {
+    const reached = deferred();
+    const release = deferred();
+    fsHooks.before = async (op, file) => {
+      if (op === "sync" && isHeld(file)) {
+        reached.resolve();
+        await release.promise;
+      }
+    };
+    const writing = writer(dir).write(RECORDS);
+    await reached.promise;
+    // The round's four other fsyncs end; then the publication still waits for the held one.
+    const synced = (): number => fsHooks.events.filter((e) => e.startsWith("synced ")).length;
+    for (const deadline = Date.now() + 10_000; synced() < 4 && Date.now() < deadline;) {
+      await new Promise<void>((resolve) => setTimeout(resolve, 2));
+    }
+    expect(fsHooks.events.filter((e) => e.startsWith("synced "))).toHaveLength(4);
+    for (let i = 0; i < 10; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+    expect(trace().filter((e) => !e.startsWith("sync "))).toEqual([]);
+    fsHooks.events.push("released");
+    release.resolve();
+    await writing;
+    const firstRename = fsHooks.events.findIndex((e) => e.startsWith("rename "));
+    expect(fsHooks.events.indexOf("released")).toBeLessThan(firstRename);
+  });
+
   it("fsyncs up to a nested <checkpoint_dir>, not beyond it", async () => {
     const nested = path.join(dir, "a", "b");
     await writer(nested).write(RECORDS);
     const syncs = trace().filter((e) => e.startsWith("sync ") && !e.includes(".json"));
-    expect(syncs).toEqual([`sync a/b/gym/${KIND}`, "sync a/b/gym", "sync a/b", `sync a/b/${PD}`]);
+    expect(syncs.slice(0, 3).sort()).toEqual(["sync a/b", "sync a/b/gym", `sync a/b/gym/${KIND}`]);
+    expect(syncs.slice(3)).toEqual([`sync a/b/${PD}`]);
   });
 
   it("a retry that finds its own manifest publishes nothing new and syncs no directory after the link", async () => {
