@@ -6,6 +6,9 @@
  */
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { episodeId } from "../../../sdk/src/identity/episode-id.js";
+import { RecordsWriter } from "../../../sdk/src/store/records-writer.js";
+import type { RecordBase } from "../../../sdk/src/wire/storage.js";
 import {
   ANSWER,
   TOOLS,
@@ -330,6 +333,32 @@ describe("crash and restore", () => {
       expect(await ledgerRows(captureDir, "r-a1")).toBeNull();
     },
   );
+
+  it("a stored ledger row that is not an object is a 422 invalid_checkpoint_state naming the episode; nothing is imported", async () => {
+    const fake = await startFake();
+    const captureDir = await tempDir();
+    const dir = await tempDir();
+    // The store writes any JSON; the model's record schema is what refuses the row.
+    const corrupt = {
+      episode_id: episodeId("r"),
+      rows: [{ model_call_id: "c1" }, 7],
+      generation_cuts: [],
+    };
+    await new RecordsWriter({
+      checkpointDir: dir,
+      kind: "model",
+      instance: "policy",
+      checkpointId: "bad",
+    }).write([corrupt as RecordBase]);
+    const fresh = await startPolicy(fake, { captureDir });
+
+    const refused = await restore(fresh, "bad", dir, ["r"]);
+
+    expect(refused.status, JSON.stringify(refused.body)).toBe(422);
+    expect(refused.body.error.code).toBe("invalid_checkpoint_state");
+    expect(refused.body.error.detail).toMatch(/episode 'r'.*a ledger row is a JSON object/);
+    expect(await ledgerFiles(captureDir)).toEqual([]);
+  });
 
   it("restore into a server without a capture ledger is refused with 409 checkpoint_error", async () => {
     const { fake, dir } = await checkpointThenCrash();

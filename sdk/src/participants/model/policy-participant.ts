@@ -13,7 +13,6 @@ import {
   captureKey,
   fromCaptureKey,
   nextAttempt,
-  parseEpisodeId,
   type EpisodeId,
 } from "../../identity/episode-id.js";
 import { GenerationCutRecordSchema } from "../../capture/continuation.js";
@@ -23,12 +22,23 @@ import { recordSchema } from "../../wire/storage.js";
 import { PolicyGate, type Ticket } from "./policy-gate.js";
 import { RestoredCuts, type CutRecord } from "./restored-cuts.js";
 
+/** Whether a value is a plain object (not null, not an array). */
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
 /** The blocker a streaming untagged call is reported as (it has no capture key). */
 export const UNTAGGED_BLOCKER = "(untagged)";
 
 /** One stored episode of a policy model (spec policy-model §6.1). */
 export const ModelRecordSchema = recordSchema({
-  rows: z.array(z.record(z.string(), z.unknown())),
+  /**
+   * The episode's ledger rows. Only their shape as objects is checked here (by reference, with no
+   * copy of each row's ~25 fields): the ledger's import validates every row it writes.
+   */
+  rows: z.array(
+    z.custom<Record<string, unknown>>(isPlainObject, { message: "a ledger row is a JSON object" }),
+  ),
   generation_cuts: z.array(GenerationCutRecordSchema).default([]),
 });
 /** One stored episode of a policy model. */
@@ -186,7 +196,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
       for (const cut of r.generation_cuts)
         for (const key of cut.continuation.staging_keys) keys.add(key);
       const sorted = [...keys].sort();
-      byEpisode[captureKey(parseEpisodeId(r.episode_id))] = sorted;
+      byEpisode[captureKey(r.episode_id)] = sorted;
       for (const key of sorted) all.add(key);
     }
     return { staging_keys: [...all].sort(), staging_keys_by_episode: byEpisode };
@@ -214,7 +224,8 @@ export class PolicyParticipant extends Participant<ModelRecord> {
       );
     }
     const byKey = new Map<string, ModelRecord>();
-    for (const r of records) byKey.set(captureKey(parseEpisodeId(r.episode_id)), r);
+    // Episode IDs of records are minted by the record schema: no parsing again.
+    for (const r of records) byKey.set(captureKey(r.episode_id), r);
     for (const [key, r] of byKey) {
       if (r.generation_cuts.length > 1) {
         throw new CheckpointError(
@@ -225,10 +236,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     }
     const episodes = new Map<string, EpisodeId>();
     for (const e of scope) episodes.set(captureKey(e), e);
-    for (const r of records) {
-      const e = parseEpisodeId(r.episode_id);
-      episodes.set(captureKey(e), e);
-    }
+    for (const r of records) episodes.set(captureKey(r.episode_id), r.episode_id);
     if (ledger !== null) {
       try {
         await ledger.importRecords(
