@@ -101,6 +101,20 @@ describe("importRecords", () => {
     expect(manifest.failures.map((failure) => failure.model_call_id)).toEqual(["c2"]);
   });
 
+  it("a source ledger longer than the checkpoint (calls after it) leaves the target exactly the checkpointed rows", async () => {
+    const dead = ledgerAt(dir);
+    for (const id of ["c0", "late-1", "late-2"]) await dead.record("r", custodyRow(id, "r"));
+    const ledger = ledgerAt(dir);
+
+    const result = await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    expect(await ledger.rows("r-a1")).toEqual([{ ...custodyRow("c0", "r"), capture_key: "r" }]);
+    expect(result.retired).toEqual({ removed: ["r"], absent: [] });
+    expect(await listDir(dir)).toEqual(["r-a1.lineage.jsonl", "r.lineage.retired"]);
+  });
+
   it("retires attempts 0..N of the source and not the target", async () => {
     const ledger = ledgerAt(dir);
     for (const key of ["r", "r-a1", "r-a2"]) await ledger.record(key, custodyRow("c", key));
