@@ -36,10 +36,12 @@ function ioError(dir: string, error: unknown): CheckpointStateError {
  * Writes one participant's records and manifest for one checkpoint (spec core §7.4).
  *
  * Records are encoded and streamed one at a time into a hidden temporary file while their
- * SHA-256 is computed; the file is fsynced, the directories `<kind>`, `gym` and `checkpoint_dir`
- * are fsynced, then (under the publication lock) the file is renamed to
- * `records-<sha256>.jsonl`, the manifest is created exclusively, last, and the participant
- * directory is fsynced. A directory with a manifest never changes.
+ * SHA-256 is computed. Then one round of fsyncs runs concurrently: the file, the directories
+ * `<kind>`, `gym` and `checkpoint_dir`, and the manifest written to a hidden temporary of its
+ * own. Once all succeeded, under the publication lock, the file is renamed to
+ * `records-<sha256>.jsonl`, the manifest's temporary is hard-linked to `manifest.json` (which
+ * fails if it exists), last, and the participant directory is fsynced. A directory with a
+ * manifest never changes.
  *
  * ## Stopping
  * {@link stop} takes the publication lock: it waits only for a publication already under way,

@@ -233,8 +233,9 @@ class LineWalker {
   #flatArrayEnd(start: number, stop: number): number {
     const buf = this.buf;
     if (buf[start] !== OPEN_BRACKET) return -1;
-    const close = buf.indexOf(CLOSE_BRACKET, start + 1);
-    if (close < 0 || close >= stop) return -1;
+    const found = buf.subarray(start + 1, stop).indexOf(CLOSE_BRACKET);
+    if (found < 0) return -1;
+    const close = start + 1 + found;
     const inner = buf.subarray(start + 1, close);
     const plain =
       inner.indexOf(QUOTE) < 0 &&

@@ -249,11 +249,9 @@ describe("import", () => {
       states.push(await listDir(dir));
     });
 
-    // The source's ledger file became the target's (renamed, its rows replaced): a restore
-    // allocates no inode for a target whose source left a ledger.
     expect(states).toEqual([
-      ["t0-a1.lineage.jsonl"],
-      ["t0-a1.lineage.jsonl", "t0.lineage.retired"],
+      ["t0-a1.lineage.jsonl", "t0.lineage.jsonl"],
+      ["t0-a1.lineage.jsonl", "t0.lineage.jsonl", "t0.lineage.retired"],
     ]);
     expect(await listDir(dir)).toEqual(["t0-a1.lineage.jsonl", "t0.lineage.retired"]);
   });

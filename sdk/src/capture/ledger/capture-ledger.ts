@@ -22,8 +22,6 @@ import {
   EmptyFileBatch,
   existsSync,
   inSlices,
-  overwriteFileSync,
-  renameIfPresentSync,
   replaceFileSync,
   unlinkIfPresentSync,
 } from "./file-batch.js";
@@ -248,12 +246,7 @@ export class CaptureLedger {
    */
   async retire(keys: readonly string[]): Promise<LedgerRemoval> {
     const batch = ledgerKeyBatch(keys);
-    return partition(batch, await this.#retireBatch(batch));
-  }
-
-  /** {@link retire} of a validated batch; per key, whether its ledger was removed. */
-  async #retireBatch(batch: readonly string[]): Promise<boolean[]> {
-    if (batch.length === 0) return [];
+    if (batch.length === 0) return { removed: [], absent: [] };
     await this.#locks.run(batch, async () => {
       await this.#ensureDir();
       const fences = new EmptyFileBatch();
@@ -270,7 +263,7 @@ export class CaptureLedger {
         return removed;
       }),
     );
-    return removedFlags;
+    return partition(batch, removedFlags);
   }
 
   /**
@@ -314,42 +307,23 @@ export class CaptureLedger {
       return { imported: [], cleared: [], retired: { removed: [], absent: [] } };
     }
     await this.#ensureDir();
-    const listed = await readdir(this.#dir);
-    const index = new RolloutIndex(listed);
+    const index = new RolloutIndex(await readdir(this.#dir));
     const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
-    const lockKeys = [
-      ...doomed.map((file) => file.key),
-      ...plans.flatMap((plan) => [plan.targetKey, plan.sourceKey]),
-    ];
-    const moved = new Set<string>();
+    const lockKeys = [...doomed.map((file) => file.key), ...plans.map((plan) => plan.targetKey)];
     await this.#locks.run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
       await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
-      const present = new Set(listed);
       const writes = plans.filter((plan) => plan.text.length > 0);
       await inSlices(writes, (plan) => {
-        const target = this.#path(plan.targetKey, "ledger");
-        // The source's ledger, retired below anyway, becomes the target's file: a rename is far
-        // cheaper than a new inode, and its rows are replaced whole right after.
-        const source = captureFileName(plan.sourceKey, "ledger");
-        if (present.has(source) && renameIfPresentSync(path.join(this.#dir, source), target)) {
-          moved.add(plan.sourceKey);
-          overwriteFileSync(target, plan.text);
-        } else {
-          replaceFileSync(target, plan.text);
-        }
+        replaceFileSync(this.#path(plan.targetKey, "ledger"), plan.text);
       });
       await fsyncDir(this.#dir);
     });
-    const retiring = ledgerKeyBatch(attemptKeysThrough(plans.map((plan) => plan.source)));
-    const removed = await this.#retireBatch(retiring);
+    const retired = await this.retireLedgers(plans.map((plan) => plan.source));
     return {
       imported: plans.map((plan) => plan.targetKey),
       cleared: doomed.map((file) => file.name).sort(),
-      retired: partition(
-        retiring,
-        removed.map((flag, i) => flag || moved.has(retiring[i] as string)),
-      ),
+      retired,
     };
   }
 
@@ -504,7 +478,6 @@ function partition(batch: readonly string[], removed: readonly boolean[]): Ledge
 interface ImportPlan {
   readonly targetKey: string;
   readonly target: EpisodeId;
-  readonly sourceKey: string;
   readonly source: EpisodeId;
   /** The target ledger's text: the stamped rows' lines. */
   readonly text: string;
@@ -530,6 +503,6 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
     const text = stampRows(rows, sourceKey)
       .map((row) => encodeRowLine(targetKey, row))
       .join("");
-    return { targetKey, target, sourceKey, source, text };
+    return { targetKey, target, source, text };
   });
 }

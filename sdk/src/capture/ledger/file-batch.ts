@@ -1,34 +1,45 @@
-import {
-  closeSync,
-  ftruncateSync,
-  linkSync,
-  openSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeFileSync,
-  writeSync,
-} from "node:fs";
+import { closeSync, linkSync, openSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { setImmediate as nextTurn } from "node:timers/promises";
 
-/** Synchronous file operations run between two turns of the event loop. */
-const OPS_PER_SLICE = 128;
+/** When a slice of synchronous file operations hands the event loop a turn. */
+export interface SliceBudget {
+  /** Operations per slice. */
+  readonly ops: number;
+  /** Milliseconds per slice (an operation may read or write a whole ledger). */
+  readonly ms: number;
+  /** The clock, in milliseconds. */
+  readonly now: () => number;
+}
+
+/** 128 operations or 10 ms, whichever comes first. */
+const SLICE: SliceBudget = { ops: 128, ms: 10, now: () => performance.now() };
 
 /**
  * Runs a synchronous file operation on every item, in order, handing the event loop a turn
- * after every {@link OPS_PER_SLICE} items; returns the results in item order. The first
- * failure is thrown at once and the later items are left alone.
+ * whenever a slice has run 128 operations or 10 ms; returns the results in item order. The
+ * first failure is thrown at once and the later items are left alone.
  *
  * Why synchronous: a batch's operations all change one directory, which the kernel serializes
  * anyway. Through the thread pool each costs a hop and a promise, and the pool's threads
  * contend on the directory's lock: on the 2-core VM, 6,000 fences, unlinks and ledger writes
  * took ~5x the CPU time that way. The slices keep the server answering meanwhile.
  */
-export async function inSlices<T, R>(items: readonly T[], op: (item: T) => R): Promise<R[]> {
+export async function inSlices<T, R>(
+  items: readonly T[],
+  op: (item: T) => R,
+  budget: SliceBudget = SLICE,
+): Promise<R[]> {
   const results = new Array<R>(items.length);
+  let sliceStart = budget.now();
+  let sliceOps = 0;
   for (let i = 0; i < items.length; i++) {
-    if (i > 0 && i % OPS_PER_SLICE === 0) await nextTurn();
+    if (sliceOps >= budget.ops || budget.now() - sliceStart >= budget.ms) {
+      await nextTurn();
+      sliceStart = budget.now();
+      sliceOps = 0;
+    }
     results[i] = op(items[i] as T);
+    sliceOps += 1;
   }
   return results;
 }
@@ -90,38 +101,9 @@ export function unlinkIfPresentSync(file: string): boolean {
   }
 }
 
-/** Renames `from` to `to` (replacing it); false when `from` does not exist. */
-export function renameIfPresentSync(from: string, to: string): boolean {
-  try {
-    renameSync(from, to);
-    return true;
-  } catch (error) {
-    if (isCode(error, "ENOENT")) return false;
-    throw error;
-  }
-}
-
 /** Whether a file exists (other errors are thrown). */
 export function existsSync(file: string): boolean {
   return statSync(file, { throwIfNoEntry: false }) !== undefined;
-}
-
-/**
- * Writes `text` over an existing file from its start and cuts the file to its length (not
- * fsynced). Why not `O_TRUNC`: ext4 flushes a file truncated to zero when it is closed (its
- * `auto_da_alloc` guard against lost rewrites), which made closing cost more than the rest.
- */
-export function overwriteFileSync(file: string, text: string): void {
-  const fd = openSync(file, "r+");
-  try {
-    const bytes = Buffer.from(text, "utf8");
-    for (let written = 0; written < bytes.length;) {
-      written += writeSync(fd, bytes, written, bytes.length - written, written);
-    }
-    ftruncateSync(fd, bytes.length);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 /** Writes `text` as the whole content of `file`, creating or truncating it (not fsynced). */
