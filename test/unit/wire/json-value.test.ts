@@ -872,6 +872,16 @@ describe("encodeJsonPieces", () => {
     );
   });
 
+  it("writes every UTF-16 code unit inside a long string as JSON.stringify would", () => {
+    const padding = "w".repeat(1100);
+    const wrong: number[] = [];
+    for (let unit = 0; unit <= 0xffff; unit++) {
+      const text = padding + String.fromCharCode(unit);
+      if (pieces(text).join("") !== JSON.stringify(text)) wrong.push(unit);
+    }
+    expect(wrong).toEqual([]);
+  });
+
   it("splits a large record into pieces no larger than its parts", () => {
     const text = "x".repeat(60_000);
     const record = {
