@@ -16,7 +16,7 @@
  *
  * @module
  */
-import { decodeJson, decodeJsonWithin, type JsonValue } from "./json-value.js";
+import { decodeJson, decodeJsonWithin, setMember, type JsonValue } from "./json-value.js";
 
 /** Lines up to this size are decoded whole (the regular heap takes them cheaply). */
 const PIECE_BYTES = 64 * 1024;
@@ -138,17 +138,7 @@ class LineWalker {
       this.#pos++;
       this.#skipWs();
       const value = this.#value(depth);
-      if (key === "__proto__") {
-        // An own data property, as JSON.parse makes it (assignment would set the prototype).
-        Object.defineProperty(out, key, {
-          value,
-          writable: true,
-          enumerable: true,
-          configurable: true,
-        });
-      } else {
-        out[key] = value;
-      }
+      setMember(out, key, value);
       if (this.#separator(CLOSE_BRACE)) return out;
     }
   }

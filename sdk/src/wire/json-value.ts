@@ -763,17 +763,7 @@ class Parser {
       this.pos++;
       this.skipWs();
       const value = this.value(depth);
-      if (key === "__proto__") {
-        // Plain assignment would replace the prototype; keep it an own data property like JSON.parse.
-        Object.defineProperty(out, key, {
-          value,
-          writable: true,
-          enumerable: true,
-          configurable: true,
-        });
-      } else {
-        out[key] = value;
-      }
+      setMember(out, key, value);
       this.skipWs();
       const c = this.text.charCodeAt(this.pos);
       if (c === 0x2c) {
@@ -786,6 +776,25 @@ class Parser {
         this.fail("expected ',' or '}' in object");
       }
     }
+  }
+}
+
+/**
+ * Sets a decoded object's member as JSON.parse does: `"__proto__"` too becomes an own data
+ * property (plain assignment would replace the prototype).
+ *
+ * @internal
+ */
+export function setMember(out: { [key: string]: JsonValue }, key: string, value: JsonValue): void {
+  if (key === "__proto__") {
+    Object.defineProperty(out, key, {
+      value,
+      writable: true,
+      enumerable: true,
+      configurable: true,
+    });
+  } else {
+    out[key] = value;
   }
 }
 

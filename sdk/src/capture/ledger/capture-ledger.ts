@@ -20,7 +20,7 @@ import { KeyedMutex } from "./keyed-mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
 import {
   EmptyFileBatch,
-  existsSync,
+  fileExistsSync,
   inSlices,
   replaceFileSync,
   unlinkIfPresentSync,
@@ -137,7 +137,7 @@ export class CaptureLedger {
     ledgerEpisode(key);
     const line = encodeRowLine(key, row);
     return await this.#locks.run([key], async () => {
-      const { exists, rows } = await this.#read(key);
+      const { exists, rows } = this.#read(key);
       const existing = rows.find((stored) => stored.model_call_id === row.model_call_id);
       if (existing !== undefined) {
         if (encodeRowLine(key, existing) === line) return "unchanged";
@@ -162,7 +162,7 @@ export class CaptureLedger {
     }
     const line = encodeRowLine(key, { model_call_id: modelCallId, failure_reason: reason });
     return await this.#locks.run([key], async () => {
-      const { exists, rows } = await this.#read(key);
+      const { exists, rows } = this.#read(key);
       if (rows.some((stored) => encodeRowLine(key, stored) === line)) return "unchanged";
       return await this.#append(key, exists, line, { model_call_id: modelCallId });
     });
@@ -174,7 +174,7 @@ export class CaptureLedger {
    */
   async rows(key: string): Promise<LedgerRow[]> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => [...(await this.#read(key)).rows]);
+    return await this.#locks.run([key], async () => [...this.#read(key).rows]);
   }
 
   /** Whether `key` has any row; throws {@link RolloutRetiredError} when it is retired. */
@@ -182,7 +182,7 @@ export class CaptureLedger {
     ledgerEpisode(key);
     return await this.#locks.run([key], async () => {
       await this.#refuseRetired(key);
-      return (await this.#read(key)).rows.length > 0;
+      return this.#read(key).rows.length > 0;
     });
   }
 
@@ -197,7 +197,7 @@ export class CaptureLedger {
     ledgerEpisode(key);
     return await this.#locks.run([key], async () => {
       await this.#refuseRetired(key);
-      const { rows } = await this.#read(key);
+      const { rows } = this.#read(key);
       return toRecord === undefined
         ? (manifestFromRows(key, rows) as LedgerManifest<R>)
         : manifestFromRows(key, rows, toRecord);
@@ -225,7 +225,7 @@ export class CaptureLedger {
     return await this.#locks.run(keys, () =>
       inSlices(keys, (key) =>
         this.#cache
-          .readSync(key, this.#path(key, "ledger"))
+          .read(key, this.#path(key, "ledger"))
           .rows.filter((row) => !undelivered.has(row.model_call_id)),
       ),
     );
@@ -257,7 +257,7 @@ export class CaptureLedger {
       inSlices(batch, (key) => {
         this.#cache.drop(key);
         // Gone: another ledger deleted the key meanwhile, and may have written it anew.
-        if (!existsSync(this.#path(key, "fence"))) return false;
+        if (!fileExistsSync(this.#path(key, "fence"))) return false;
         const removed = unlinkIfPresentSync(this.#path(key, "ledger"));
         unlinkIfPresentSync(this.#path(key, "started"));
         return removed;
@@ -415,8 +415,8 @@ export class CaptureLedger {
     return "appended";
   }
 
-  async #read(key: string): Promise<{ exists: boolean; rows: readonly LedgerRow[] }> {
-    return await this.#cache.read(key, this.#path(key, "ledger"));
+  #read(key: string): { exists: boolean; rows: readonly LedgerRow[] } {
+    return this.#cache.read(key, this.#path(key, "ledger"));
   }
 
   async #refuseRetired(key: string): Promise<void> {

@@ -49,7 +49,7 @@ function isCode(error: unknown, code: string): boolean {
 }
 
 /** Creates an empty file unless it exists; whether this call created it. */
-export function createEmptySync(file: string): boolean {
+function createEmptySync(file: string): boolean {
   try {
     closeSync(openSync(file, "wx"));
     return true;
@@ -102,7 +102,7 @@ export function unlinkIfPresentSync(file: string): boolean {
 }
 
 /** Whether a file exists (other errors are thrown). */
-export function existsSync(file: string): boolean {
+export function fileExistsSync(file: string): boolean {
   return statSync(file, { throwIfNoEntry: false }) !== undefined;
 }
 

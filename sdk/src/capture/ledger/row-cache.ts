@@ -1,5 +1,4 @@
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { open, stat } from "node:fs/promises";
 import { decodeRowBytes, type LedgerRow } from "./row-codec.js";
 
 /** What a read found: whether the ledger file exists, and its rows in file order. */
@@ -39,32 +38,18 @@ export class RowCache {
     this.#entries.delete(key);
   }
 
-  /** The rows of ledger file `file` of capture key `key`. */
-  async read(key: string, file: string): Promise<LedgerRead> {
-    let size: number;
-    let ino: number;
-    try {
-      ({ size, ino } = await stat(file));
-    } catch (error) {
-      if (!isMissing(error)) throw error;
-      return this.#vanished(key);
-    }
-    const from = this.#unreadFrom(key, ino, size);
-    if (from === size) return { exists: true, rows: this.#rowsOf(key) };
-    return this.#parsed(key, ino, from, await readRange(file, from, size));
-  }
-
   /**
-   * {@link read} with synchronous calls, for batches that read thousands of ledgers in a row
-   * (see `inSlices`).
+   * The rows of ledger file `file` of capture key `key`. Synchronous: a stat, and a read of only
+   * the bytes not parsed yet, cost less than two hops through the thread pool, and a commit's
+   * export reads thousands of ledgers in a row (see `inSlices`).
    */
-  readSync(key: string, file: string): LedgerRead {
+  read(key: string, file: string): LedgerRead {
     const found = statSync(file, { throwIfNoEntry: false });
     if (found === undefined) return this.#vanished(key);
     const { size, ino } = found;
     const from = this.#unreadFrom(key, ino, size);
     if (from === size) return { exists: true, rows: this.#rowsOf(key) };
-    return this.#parsed(key, ino, from, readRangeSync(file, from, size));
+    return this.#parsed(key, ino, from, readRange(file, from, size));
   }
 
   #vanished(key: string): LedgerRead {
@@ -107,8 +92,8 @@ export class RowCache {
   }
 }
 
-/** {@link readRange} with synchronous calls. */
-function readRangeSync(file: string, from: number, to: number): Buffer | null {
+/** Bytes `[from, to)` of `file`, fewer when it shrank meanwhile; null when it vanished. */
+function readRange(file: string, from: number, to: number): Buffer | null {
   let fd: number;
   try {
     fd = openSync(file, "r");
@@ -127,33 +112,5 @@ function readRangeSync(file: string, from: number, to: number): Buffer | null {
     return buffer.subarray(0, filled);
   } finally {
     closeSync(fd);
-  }
-}
-
-/** Bytes `[from, to)` of `file`, fewer when it shrank meanwhile; null when it vanished. */
-async function readRange(file: string, from: number, to: number): Promise<Buffer | null> {
-  let handle;
-  try {
-    handle = await open(file, "r");
-  } catch (error) {
-    if (isMissing(error)) return null;
-    throw error;
-  }
-  try {
-    const buffer = Buffer.alloc(to - from);
-    let filled = 0;
-    while (filled < buffer.length) {
-      const { bytesRead } = await handle.read(
-        buffer,
-        filled,
-        buffer.length - filled,
-        from + filled,
-      );
-      if (bytesRead === 0) break;
-      filled += bytesRead;
-    }
-    return buffer.subarray(0, filled);
-  } finally {
-    await handle.close();
   }
 }
