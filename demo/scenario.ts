@@ -59,9 +59,13 @@ const TOOL = {
   parameters: { type: "object", properties: {} },
 };
 
-/** The `/run` body of rollout `i`: every fourth one is tool-less and finishes in one call. */
-function runBody(episode: EpisodeId, i: number): Record<string, unknown> {
-  const quick = i % 4 === 3;
+/** Whether rollout `i` is tool-less and finishes in one call: every `quickEvery`-th, none for 0. */
+function isQuick(i: number, quickEvery: number): boolean {
+  return quickEvery > 0 && i % quickEvery === quickEvery - 1;
+}
+
+/** The `/run` body of rollout `i`; a quick one asks for no tool. */
+function runBody(episode: EpisodeId, i: number, quick: boolean): Record<string, unknown> {
   return {
     episode_id: episode,
     task: {
@@ -131,9 +135,19 @@ function slowestByKind(): {
 /** Runs the scenario on a deployment that is not running yet; leaves it running (restored). */
 export async function runScenario(
   run: DeploymentRun,
-  options: { readonly rollouts: number; readonly progress?: Progress },
+  options: {
+    readonly rollouts: number;
+    /**
+     * Every `quickEvery`-th rollout is tool-less and finishes before the checkpoint; 0: none,
+     * every rollout is in flight at the checkpoint. @default 4
+     */
+    readonly quickEvery?: number;
+    readonly progress?: Progress;
+  },
 ): Promise<ScenarioReport> {
   const progress = options.progress ?? (() => undefined);
+  const quickEvery = options.quickEvery ?? 4;
+  const quick = (i: number): boolean => isQuick(i, quickEvery);
   const problems: string[] = [];
   progress("serve", "starting 7 servers");
   await run.serve();
@@ -142,7 +156,7 @@ export async function runScenario(
     default: [{ tool_calls: [{ name: "increment_counter", arguments: {} }] }, { content: ANSWER }],
     // The tool-less rollouts answer at once and finish before the checkpoint.
     per_rollout: Object.fromEntries(
-      episodes.filter((_, i) => i % 4 === 3).map((e) => [e.rollout_id, [{ content: "Done." }]]),
+      episodes.filter((_, i) => quick(i)).map((e) => [e.rollout_id, [{ content: "Done." }]]),
     ),
   });
   // Every rollout's second model call stops part-way, so it is in flight at the checkpoint.
@@ -153,13 +167,13 @@ export async function runScenario(
   const replied = new Set<string>();
   episodes.forEach((episode, i) => {
     const key = captureKey(episode);
-    const sent = sendRun(env, runBody(episode, i));
+    const sent = sendRun(env, runBody(episode, i, quick(i)));
     first.set(key, sent);
     void sent.then((outcome) => {
       if (outcome.status === 200) replied.add(key);
     });
   });
-  const expectedHeld = episodes.filter((_, i) => i % 4 !== 3).length;
+  const expectedHeld = episodes.filter((_, i) => !quick(i)).length;
   progress(
     "send",
     `${options.rollouts} rollouts sent; waiting for them to reach their second model call`,
@@ -252,6 +266,7 @@ export async function runScenario(
   // The dead attempts' held calls may finish now: nobody receives their answers.
   await run.backend("POST", "/_ctl/release", {});
   const restoredParticipants = await run.participants();
+  progress("restoring", `${scope.length} episodes restored into fresh processes`);
   const restoredAt = performance.now();
   const restoreSecondsByKind = slowestByKind();
   await restore(restoredParticipants, {
@@ -262,6 +277,7 @@ export async function runScenario(
     onReply: restoreSecondsByKind.record,
   });
   const restoreSeconds = (performance.now() - restoredAt) / 1000;
+  progress("resume", "resume: admission reopens");
   await resume(restoredParticipants, checkpointId, Date.now() / 1000 + 60);
 
   progress("replace", `${scope.length} replacement attempts`);
@@ -273,7 +289,7 @@ export async function runScenario(
     scope.map(async (episode) => {
       const replacement = episodeId(episode.rollout_id, episode.attempt + 1);
       const i = Number(episode.rollout_id.slice("rollout-".length));
-      const outcome = await sendRun(env2, runBody(replacement, i));
+      const outcome = await sendRun(env2, runBody(replacement, i, quick(i)));
       done += 1;
       progress("replace", `${done}/${scope.length} replacements finished`);
       const reward = outcome.body?.result?.reward;

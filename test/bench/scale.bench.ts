@@ -17,12 +17,18 @@ const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
   .option("--dir <dir>", "run directory (default: a new temporary directory)")
   .option(
+    "--quick-every <n>",
+    "every n-th rollout finishes before the checkpoint (default 0: every rollout is held in flight)",
+    (v) => Number.parseInt(v, 10),
+    0,
+  )
+  .option(
     "--cleanup-timeout <seconds>",
     "the environments' cleanup_timeout_seconds (default: 30 s + 10 ms per rollout)",
     (v) => Number.parseFloat(v),
   )
   .parse()
-  .opts<{ rollouts: number; dir?: string; cleanupTimeout?: number }>();
+  .opts<{ rollouts: number; dir?: string; cleanupTimeout?: number; quickEvery: number }>();
 // Every rollout is sent at once: on two cores a session close queues behind thousands of others,
 // so the bound on cleanup calls grows with the load (it is there to catch a hung server).
 const cleanupTimeout = options.cleanupTimeout ?? 30 + options.rollouts / 100;
@@ -35,6 +41,7 @@ let lastStage = "";
 try {
   const report = await runScenario(run, {
     rollouts: options.rollouts,
+    quickEvery: options.quickEvery,
     // A new stage prints at once; a stage's counters (thousands of updates) every 2 s.
     progress: (stage, detail) => {
       if (stage !== lastStage || Date.now() - last > 2000) {

@@ -372,6 +372,14 @@ export async function exists(file: string): Promise<boolean> {
 }
 
 /** The rows of `<dir>/<key>.lineage.jsonl`, read from disk; null when the file is absent. */
+/**
+ * Writes the ledger files `policy`'s restore deferred (they follow its resume), so the directory
+ * can be checked as another process sharing it sees it.
+ */
+export async function settleLedger(policy: Policy): Promise<void> {
+  await policy.server.ledger?.settleDeferred();
+}
+
 export async function ledgerRows(
   dir: string,
   key: string,

@@ -522,6 +522,13 @@ export class PolicyModelServer extends Server {
     await this.#cuts?.close();
     await super.close();
     await this.#backend.destroy();
+    // Ledger files a restore deferred are written before the process goes, for the servers
+    // sharing the directory (a crash loses them, and the next restore writes them again).
+    try {
+      await this.#ledger?.settleDeferred();
+    } catch (error) {
+      this.logger.warn({ err: error }, "could not write the ledgers a restore deferred");
+    }
   }
 }
 

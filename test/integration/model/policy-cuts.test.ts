@@ -26,6 +26,7 @@ import {
   ledgerControl,
   ledgerFiles,
   ledgerRows,
+  settleLedger,
   modelPath,
   openStream,
   POLL,
@@ -248,6 +249,7 @@ describe("crash and restore", () => {
     const restored = await restore(fresh, "c2", dir, ["r"]);
     expect(restored.status, JSON.stringify(restored.body)).toBe(200);
     expect(restored.body).toMatchObject({ phase: "restored", restored: ["r-a1"] });
+    await settleLedger(fresh);
 
     // r's rows now live under r-a1, stamped with the key they were staged under; r is retired.
     const imported = (await ledgerRows(captureDir, "r-a1")) ?? [];
@@ -382,6 +384,7 @@ describe("crash and restore", () => {
     const third = await startPolicy(fake, { captureDir });
     const again = await restore(third, "c3", dir, ["r"]);
     expect(again.status, JSON.stringify(again.body)).toBe(200);
+    await settleLedger(third);
     expect(await ledgerRows(captureDir, "r-a1")).toEqual(
       (records[0]?.rows ?? []).map((row) => ({ ...row, capture_key: "r" })),
     );
@@ -595,6 +598,7 @@ describe("restore clears dead executions", () => {
     const fresh = await startPolicy(fake, { captureDir });
     const restored = await restore(fresh, "c2", dir, ["q", "r"]);
     expect(restored.status, JSON.stringify(restored.body)).toBe(200);
+    await settleLedger(fresh);
     const files = await ledgerFiles(captureDir);
     expect(files.filter((f) => /^q-a[0-9]+\./.test(f))).toEqual([]);
     expect(files).toContain("q1-a1.lineage.jsonl");

@@ -76,6 +76,11 @@ describe("two policy servers sharing a capture ledger", () => {
     const b2 = await startPolicy(fake, { captureDir, name: "policy-alt", cuts: false });
     expect((await restore(a2, "c2", fromA.dir, ["r"])).status).toBe(200);
     expect((await restore(b2, "c2", fromB.dir, ["r"])).status).toBe(200);
+    // Each restored ledger holds exactly the checkpointed row; the files follow (deferred).
+    for (const server of [a2, b2]) {
+      const rows = await server.server.ledger?.rows("r-a1");
+      expect(rows?.map((row) => row.model_call_id)).toEqual([id1]);
+    }
     expect((await ledgerRows(captureDir, "r-a1"))?.map((row) => row.model_call_id)).toEqual([id1]);
     await resume(a2.url, "c2");
     await resume(b2.url, "c2");

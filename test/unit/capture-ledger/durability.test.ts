@@ -229,20 +229,23 @@ describe("import", () => {
     }
     hooks.events = [];
     hooks.beforeDirSync = beforeDirSync;
-    await ledgerAt(dir).importRecords(targets);
+    const ledger = ledgerAt(dir);
+    await ledger.importRecords(targets);
+    hooks.events.push("imported");
+    await ledger.settleDeferred();
     return hooks.events;
   }
 
   it.each([1, 25])(
-    "lists the directory once and fsyncs it twice for %i targets, syncing no ledger file",
+    "lists the directory once and fsyncs it once for %i targets, then once per settled batch, syncing no ledger file",
     async (count) => {
       const events = await importRollouts(count);
 
-      expect(events).toEqual([`readdir ${dir}`, `dirsync ${dir}`, `dirsync ${dir}`]);
+      expect(events).toEqual([`readdir ${dir}`, `dirsync ${dir}`, "imported", `dirsync ${dir}`]);
     },
   );
 
-  it("the first fsync comes after the clearing and the writes, the second after the fences", async () => {
+  it("the import's fsync covers the clearing and the fences; the settle's, the deferred writes and deletions", async () => {
     const states: string[][] = [];
 
     await importRollouts(1, async () => {
@@ -250,9 +253,38 @@ describe("import", () => {
     });
 
     expect(states).toEqual([
-      ["t0-a1.lineage.jsonl", "t0.lineage.jsonl"],
-      ["t0-a1.lineage.jsonl", "t0.lineage.jsonl", "t0.lineage.retired"],
+      ["t0.lineage.jsonl", "t0.lineage.retired"],
+      ["t0-a1.lineage.jsonl", "t0.lineage.retired"],
     ]);
-    expect(await listDir(dir)).toEqual(["t0-a1.lineage.jsonl", "t0.lineage.retired"]);
+  });
+
+  it("the first row appended to a ledger a settle created fsyncs the directory, once", async () => {
+    const ledger = ledgerAt(dir);
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+    hooks.events = [];
+
+    await ledger.record("r-a1", custodyRow("c1", "r-a1"));
+    await ledger.record("r-a1", custodyRow("c2", "r-a1"));
+
+    expect(hooks.events).toEqual([
+      `sync r-a1.lineage.jsonl`,
+      `dirsync ${dir}`,
+      `sync r-a1.lineage.jsonl`,
+    ]);
+  });
+
+  it("a ledger the background settle created and synced needs no directory fsync of its own", async () => {
+    const ledger = ledgerAt(dir);
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+    await ledger.settleDeferred();
+    hooks.events = [];
+
+    await ledger.record("r-a1", custodyRow("c1", "r-a1"));
+
+    expect(hooks.events).toEqual([`sync r-a1.lineage.jsonl`]);
   });
 });

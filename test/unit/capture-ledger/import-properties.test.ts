@@ -84,6 +84,18 @@ const targetsArb = fc
     ),
   );
 
+/** The rows an import should leave for `imported`: stamped with its source key. */
+function stamp(imported: {
+  sourceKey: string;
+  rows: readonly Record<string, unknown>[];
+}): Record<string, unknown>[] {
+  return imported.rows.map((row) =>
+    row.staging_key !== undefined && row.capture_key === undefined
+      ? { ...row, capture_key: imported.sourceKey }
+      : row,
+  );
+}
+
 describe("importRecords (property)", () => {
   it("leaves exactly the stamped rows and clears attempts at or after each target", async () => {
     await fc.assert(
@@ -105,7 +117,13 @@ describe("importRecords (property)", () => {
             rows: t.rows,
           }));
 
-          await ledgerAt(dir).importRecords(imports);
+          const ledger = ledgerAt(dir);
+          await ledger.importRecords(imports);
+          // The importing ledger sees exactly the stamped rows before its files are written.
+          for (const imported of imports) {
+            expect(await ledger.rows(imported.targetKey)).toEqual(stamp(imported));
+          }
+          await ledger.settleDeferred();
 
           const expected = new Set(before);
           for (const t of targets) {
@@ -128,12 +146,7 @@ describe("importRecords (property)", () => {
 
           const reader = ledgerAt(dir);
           for (const imported of imports) {
-            const stamped = imported.rows.map((row) =>
-              row.staging_key !== undefined && row.capture_key === undefined
-                ? { ...row, capture_key: imported.sourceKey }
-                : row,
-            );
-            expect(await reader.rows(imported.targetKey)).toEqual(stamped);
+            expect(await reader.rows(imported.targetKey)).toEqual(stamp(imported));
           }
         },
       ),

@@ -58,6 +58,7 @@ describe("importRecords", () => {
     const result = await ledger.importRecords([
       { targetKey: "r-a1", sourceKey: "r", rows: checkpointed },
     ]);
+    await ledger.settleDeferred();
 
     expect(result.imported).toEqual(["r-a1"]);
     expect(result.cleared).toEqual([
@@ -112,6 +113,7 @@ describe("importRecords", () => {
 
     expect(await ledger.rows("r-a1")).toEqual([{ ...custodyRow("c0", "r"), capture_key: "r" }]);
     expect(result.retired).toEqual({ removed: ["r"], absent: [] });
+    await ledger.settleDeferred();
     expect(await listDir(dir)).toEqual(["r-a1.lineage.jsonl", "r.lineage.retired"]);
   });
 
@@ -136,6 +138,7 @@ describe("importRecords", () => {
     const ledger = ledgerAt(dir);
 
     await ledger.importRecords([{ targetKey: "r-a1", sourceKey: "r", rows: [] }]);
+    await ledger.settleDeferred();
 
     expect((await listDir(dir)).filter((name) => /^r(-a\d+)?\./.test(name))).toEqual([
       "r.lineage.retired",

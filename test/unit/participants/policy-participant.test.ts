@@ -50,7 +50,11 @@ let ckptDir: string;
 const planes: ControlPlane<ModelRecord>[] = [];
 const cleanups: (() => void)[] = [];
 
+/** Every ledger a test made, so that disk checks see the files an import deferred. */
+const ledgers: CaptureLedger[] = [];
+
 beforeEach(async () => {
+  ledgers.length = 0;
   dir = await makeTempDir();
   ckptDir = await makeTempDir();
 });
@@ -59,6 +63,8 @@ afterEach(async () => {
   vi.useRealTimers();
   for (const cleanup of cleanups.splice(0)) cleanup();
   for (const cp of planes.splice(0)) cp.close();
+  // A resume settles a restore's deferred ledger files in the background: let it end first.
+  await Promise.all(ledgers.map((ledger) => ledger.settleInBackground()));
   await removeTempDir(dir);
   await removeTempDir(ckptDir);
 });
@@ -69,7 +75,7 @@ function participant(
   options: Partial<PolicyParticipantOptions> & { ledgerDir?: string } = {},
 ): PolicyParticipant {
   const ledger =
-    options.ledger === undefined ? new CaptureLedger(options.ledgerDir ?? dir) : options.ledger;
+    options.ledger === undefined ? newLedger(options.ledgerDir ?? dir) : options.ledger;
   return new PolicyParticipant({ ...options, ledger });
 }
 
@@ -182,7 +188,15 @@ async function code(work: Promise<unknown>): Promise<string> {
   return "ok";
 }
 
-function has(name: string): boolean {
+function newLedger(ledgerDir: string): CaptureLedger {
+  const ledger = new CaptureLedger(ledgerDir);
+  ledgers.push(ledger);
+  return ledger;
+}
+
+/** Whether `name` is in the ledger directory once every deferred import write has run. */
+async function has(name: string): Promise<boolean> {
+  for (const ledger of ledgers) await ledger.settleDeferred();
   return existsSync(path.join(dir, name));
 }
 
@@ -307,7 +321,7 @@ describe("PolicyParticipant export", () => {
   });
 
   it("leaves out the rows of undelivered calls (any key), keeps delivered and failure rows, omits empty episodes", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     // c1 was delivered and left; c2 is held (its row is there only as the guard case);
     // c3's response is streaming; c4 failed; q's held call c5 also names a row under r.
@@ -440,7 +454,7 @@ describe("PolicyParticipant install", () => {
   });
 
   it("imports rows stamped with the source key, clears the target and later attempts but not look-alikes, retires the sources", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     // The live attempts the checkpoint continues.
     await ledger.record("r", custodyRow("live", "r"));
@@ -481,6 +495,7 @@ describe("PolicyParticipant install", () => {
       custodyRow("old", "p", { capture_key: "p" }),
       { ...custodyRow("c3", "p-a1"), capture_key: "p-a1" },
     ]);
+    await ledger.settleDeferred();
     const files = await listDir(dir);
     expect(files).toEqual(
       [
@@ -500,7 +515,7 @@ describe("PolicyParticipant install", () => {
   });
 
   it("holds restored cuts and restored targets for every scope episode, and clears dead executions without a record", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     await plant(dir, "s-a3.lineage.jsonl", "{}\n"); // a dead execution of s's target
     await plant(dir, "s-a3.lineage.retired");
@@ -510,9 +525,11 @@ describe("PolicyParticipant install", () => {
     expect(p.restoredCuts.keys()).toEqual(["r-a1"]);
     expect(p.restoredCuts.get("r-a1")).toEqual(cut);
     expect(p.statusExtra()).toEqual({ restored_generation_cuts: ["r-a1"] });
-    expect(has("s-a3.lineage.jsonl") || has("s-a3.lineage.retired")).toBe(false);
-    for (const key of ["s", "s-a1", "s-a2", "r"]) expect(has(`${key}.lineage.retired`)).toBe(true);
-    expect(has("s-a3.lineage.retired")).toBe(false);
+    expect((await has("s-a3.lineage.jsonl")) || (await has("s-a3.lineage.retired"))).toBe(false);
+    for (const key of ["s", "s-a1", "s-a2", "r"]) {
+      expect(await has(`${key}.lineage.retired`)).toBe(true);
+    }
+    expect(await has("s-a3.lineage.retired")).toBe(false);
     expect(p.gate.served).toBe(false);
   });
 
@@ -588,13 +605,13 @@ describe("PolicyParticipant through commit and restore", () => {
     expect(b.restoredCuts.get("r-a1")).toEqual(cutOf("c2", "r"));
     expect(b.restoredPending()).toEqual(eps("q-a1", "r-a1", "x-a1"));
     expect(cpB.status()).toMatchObject({ retired_rollouts: 3, restored_generation_cuts: ["r-a1"] });
-    expect(has("r.lineage.jsonl")).toBe(false);
-    expect(has("r.lineage.retired")).toBe(true);
+    expect(await has("r.lineage.jsonl")).toBe(false);
+    expect(await has("r.lineage.retired")).toBe(true);
 
     // The replacement makes a call, which marks it started and writes a row; then Gym dies.
     await cpB.resume(req("rs"));
     const call = await b.gate.admit(r1);
-    expect(has("r-a1.lineage.started")).toBe(true);
+    expect(await has("r-a1.lineage.started")).toBe(true);
     await b.gate.deliver(call);
     await (b.ledger as CaptureLedger).record("r-a1", custodyRow("c3", "r-a1"));
     b.gate.exit(call);
@@ -605,7 +622,7 @@ describe("PolicyParticipant through commit and restore", () => {
     expect(await (c.ledger as CaptureLedger).rows("r-a1")).toEqual([
       { ...custodyRow("c1", "r"), capture_key: "r" },
     ]);
-    expect(has("r-a1.lineage.started")).toBe(false);
+    expect(await has("r-a1.lineage.started")).toBe(false);
     expect(c.restoredPending()).toEqual(eps("q-a1", "r-a1", "x-a1"));
   });
 
@@ -631,6 +648,10 @@ describe("PolicyParticipant through commit and restore", () => {
 /** A ledger whose next `deleteUnstarted` calls fail. */
 class FlakyDeleteLedger extends CaptureLedger {
   failures = 0;
+  constructor(ledgerDir: string) {
+    super(ledgerDir);
+    ledgers.push(this);
+  }
   override async deleteUnstarted(key: string): Promise<boolean> {
     if (this.failures > 0) {
       this.failures -= 1;
@@ -642,13 +663,13 @@ class FlakyDeleteLedger extends CaptureLedger {
 
 describe("PolicyParticipant restored attempts", () => {
   it("deletes an unstarted target's ledger without a fence and drops its cut", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     await p.install([record(r0, [custodyRow("c1", "r")], [cutOf("c2", "r")])], [r0, q0]);
-    expect(has("r-a1.lineage.jsonl")).toBe(true);
+    expect(await has("r-a1.lineage.jsonl")).toBe(true);
     await p.deleteRestored(r1);
-    expect(has("r-a1.lineage.jsonl")).toBe(false);
-    expect(has("r-a1.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(false);
+    expect(await has("r-a1.lineage.retired")).toBe(false);
     expect(await ledger.manifest("r-a1")).toMatchObject({ records: [] }); // unused, not retired
     expect(p.restoredCuts.size).toBe(0);
     expect(p.restoredPending()).toEqual([episodeId("q", 1)]);
@@ -656,7 +677,7 @@ describe("PolicyParticipant restored attempts", () => {
   });
 
   it("a target whose call was admitted is started: marker written before admit returns, never pending again", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     // Two policy servers sharing the run-wide ledger both restore r.
     const other = participant();
@@ -671,8 +692,8 @@ describe("PolicyParticipant restored attempts", () => {
     expect(other.restoredPending()).toEqual([r1]);
     await other.deleteRestored(r1);
     expect(other.restoredPending()).toEqual([]);
-    expect(has("r-a1.lineage.jsonl")).toBe(true);
-    expect(has("r-a1.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(true);
+    expect(await has("r-a1.lineage.retired")).toBe(false);
     expect(await ledger.rows("r-a1")).toHaveLength(1);
     p.gate.exit(call);
   });
@@ -692,9 +713,9 @@ describe("PolicyParticipant restored attempts", () => {
     await cp.prepare(prepareReq("ck"));
     const reply = await cp.commit(commitReq("ck", ckptDir, []));
     expect(reply).toMatchObject({ episode_ids: [] });
-    expect(has("r-a1.lineage.jsonl")).toBe(true);
-    expect(has("q-a1.lineage.jsonl")).toBe(false);
-    expect(has("q-a1.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(true);
+    expect(await has("q-a1.lineage.jsonl")).toBe(false);
+    expect(await has("q-a1.lineage.retired")).toBe(false);
     expect(p.restoredPending()).toEqual([]);
     expect(p.restoredCuts.size).toBe(0);
   });
@@ -707,7 +728,7 @@ describe("PolicyParticipant restored attempts", () => {
     await expect(p.deleteRestored(r1)).rejects.toThrow("EIO");
     expect(p.restoredPending()).toEqual([r1]);
     expect(p.restoredCuts.keys()).toEqual(["r-a1"]);
-    expect(has("r-a1.lineage.jsonl")).toBe(true);
+    expect(await has("r-a1.lineage.jsonl")).toBe(true);
 
     // The same through a commit: it fails, and its retry deletes the remaining rows.
     ledger.failures = 1;
@@ -718,8 +739,8 @@ describe("PolicyParticipant restored attempts", () => {
     await cp.commit(commitReq("ck", ckptDir, []));
     expect(p.restoredPending()).toEqual([]);
     expect(p.restoredCuts.size).toBe(0);
-    expect(has("r-a1.lineage.jsonl")).toBe(false);
-    expect(has("r-a1.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(false);
+    expect(await has("r-a1.lineage.retired")).toBe(false);
   });
 });
 
@@ -740,7 +761,7 @@ class SlowRetireLedger extends CaptureLedger {
 
 describe("PolicyParticipant retire", () => {
   it("cancels admitted calls of attempts ≤ N once, waits for them, then retires ledgers 0..N but not N+1", async () => {
-    const ledger = new CaptureLedger(dir);
+    const ledger = newLedger(dir);
     const p = participant({ ledger });
     await p.install(
       [record(r0, [custodyRow("c1", "r")], [cutOf("c2", "r")]), record(q0, [], [cutOf("q", "q")])],
@@ -759,17 +780,17 @@ describe("PolicyParticipant retire", () => {
     expect(t2.signal.aborted || untagged.signal.aborted).toBe(false);
     expect(retiring.settled).toBe(false);
     // Nothing is retired while a covered call still runs (no late row could recreate a file).
-    expect(has("r-a1.lineage.jsonl")).toBe(true);
-    expect(has("r-a1.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(true);
+    expect(await has("r-a1.lineage.retired")).toBe(false);
     p.gate.exit(t0);
     await until(() => retiring.settled);
     expect(retiring.error).toBeNull();
     expect(aborts).toBe(1);
-    expect(has("r-a1.lineage.jsonl")).toBe(false);
-    expect(has("r-a1.lineage.retired")).toBe(true);
-    expect(has("r.lineage.retired")).toBe(true);
-    expect(has("r-a2.lineage.jsonl")).toBe(true);
-    expect(has("r-a2.lineage.retired")).toBe(false);
+    expect(await has("r-a1.lineage.jsonl")).toBe(false);
+    expect(await has("r-a1.lineage.retired")).toBe(true);
+    expect(await has("r.lineage.retired")).toBe(true);
+    expect(await has("r-a2.lineage.jsonl")).toBe(true);
+    expect(await has("r-a2.lineage.retired")).toBe(false);
     expect(await ledger.rows("r-a2")).toHaveLength(1);
     // Restored state of r-a1 is gone, the other episodes' stays.
     expect(p.restoredCuts.keys()).toEqual(["q-a1"]);
@@ -798,12 +819,12 @@ describe("PolicyParticipant retire", () => {
     expect(retried.settled).toBe(false);
     expect(aborts).toBe(1);
     expect(t.signal.reason).toBe(first);
-    expect(has("r.lineage.retired")).toBe(false);
+    expect(await has("r.lineage.retired")).toBe(false);
     p.gate.exit(t);
     await until(() => retried.settled);
     expect(retried.error).toBeNull();
     expect(aborts).toBe(1);
-    expect(has("r.lineage.retired")).toBe(true);
+    expect(await has("r.lineage.retired")).toBe(true);
   });
 
   it("refuses a waiting call at once when its attempt is marked retired, and still after forget and reopen", async () => {

@@ -16,13 +16,14 @@ import {
   ledgerKeyBatch,
   type CaptureFileKind,
 } from "./files.js";
+import { DeferredFileWork } from "./deferred-file-work.js";
 import { KeyedMutex } from "./keyed-mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
 import {
   EmptyFileBatch,
   fileExistsSync,
   inSlices,
-  replaceFileSync,
+  createFileSync,
   unlinkIfPresentSync,
 } from "./file-batch.js";
 import { RolloutIndex } from "./rollout-index.js";
@@ -109,7 +110,9 @@ export class CaptureLedger {
   readonly #logger: Pick<Logger, "warn"> | null;
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
+  readonly #deferred = new DeferredFileWork();
   #dirReady: Promise<void> | null = null;
+  #settling: Promise<void> | null = null;
 
   /** A ledger over `dir`, created on the first write if missing. */
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
@@ -136,7 +139,7 @@ export class CaptureLedger {
   async record(key: string, row: LedgerRowInput): Promise<RecordOutcome> {
     ledgerEpisode(key);
     const line = encodeRowLine(key, row);
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       const { exists, rows } = this.#read(key);
       const existing = rows.find((stored) => stored.model_call_id === row.model_call_id);
       if (existing !== undefined) {
@@ -161,7 +164,7 @@ export class CaptureLedger {
       throw new InvalidLedgerRowError(key, "a failure row needs a non-empty reason");
     }
     const line = encodeRowLine(key, { model_call_id: modelCallId, failure_reason: reason });
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       const { exists, rows } = this.#read(key);
       if (rows.some((stored) => encodeRowLine(key, stored) === line)) return "unchanged";
       return await this.#append(key, exists, line, { model_call_id: modelCallId });
@@ -174,13 +177,13 @@ export class CaptureLedger {
    */
   async rows(key: string): Promise<LedgerRow[]> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => [...this.#read(key).rows]);
+    return await this.#run([key], async () => [...this.#read(key).rows]);
   }
 
   /** Whether `key` has any row; throws {@link RolloutRetiredError} when it is retired. */
   async hasRows(key: string): Promise<boolean> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       await this.#refuseRetired(key);
       return this.#read(key).rows.length > 0;
     });
@@ -195,7 +198,7 @@ export class CaptureLedger {
   async manifest<R>(key: string, toRecord: (row: LedgerRow) => R): Promise<LedgerManifest<R>>;
   async manifest<R>(key: string, toRecord?: (row: LedgerRow) => R): Promise<LedgerManifest<R>> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       await this.#refuseRetired(key);
       const { rows } = this.#read(key);
       return toRecord === undefined
@@ -222,7 +225,7 @@ export class CaptureLedger {
     undelivered: ReadonlySet<string>,
   ): Promise<LedgerRow[][]> {
     for (const key of keys) ledgerEpisode(key);
-    return await this.#locks.run(keys, () =>
+    return await this.#run(keys, () =>
       inSlices(keys, (key) =>
         this.#cache
           .read(key, this.#path(key, "ledger"))
@@ -247,21 +250,14 @@ export class CaptureLedger {
   async retire(keys: readonly string[]): Promise<LedgerRemoval> {
     const batch = ledgerKeyBatch(keys);
     if (batch.length === 0) return { removed: [], absent: [] };
-    await this.#locks.run(batch, async () => {
+    await this.#run(batch, async () => {
       await this.#ensureDir();
       const fences = new EmptyFileBatch();
       await inSlices(batch, (key) => fences.create(this.#path(key, "fence")));
     });
     await fsyncDir(this.#dir);
-    const removedFlags = await this.#locks.run(batch, async () =>
-      inSlices(batch, (key) => {
-        this.#cache.drop(key);
-        // Gone: another ledger deleted the key meanwhile, and may have written it anew.
-        if (!fileExistsSync(this.#path(key, "fence"))) return false;
-        const removed = unlinkIfPresentSync(this.#path(key, "ledger"));
-        unlinkIfPresentSync(this.#path(key, "started"));
-        return removed;
-      }),
+    const removedFlags = await this.#run(batch, async () =>
+      inSlices(batch, (key) => this.#deleteFenced(key)),
     );
     return partition(batch, removedFlags);
   }
@@ -274,7 +270,7 @@ export class CaptureLedger {
   async delete(keys: readonly string[]): Promise<LedgerRemoval> {
     const batch = ledgerKeyBatch(keys);
     if (batch.length === 0) return { removed: [], absent: [] };
-    const removedFlags = await this.#locks.run(batch, async () => {
+    const removedFlags = await this.#run(batch, async () => {
       const flags = await inSlices(batch, (key) => this.#deleteFiles(key));
       // Even when nothing was found: an overlapping delete may not have synced its removals.
       await fsyncDir(this.#dir);
@@ -293,13 +289,23 @@ export class CaptureLedger {
    *
    * ## Steps
    * 1. Validates the whole batch: valid keys, each target a later attempt of its source's
-   *    rollout, one target per rollout, rows that are JSON objects naming their call.
+   *    rollout, one target per rollout, rows that are JSON objects naming their call. Runs the
+   *    file work an earlier import deferred, so the listing below is the whole truth.
    * 2. Lists the directory once and, for each target `<rollout>-a<T>`, removes what dead
    *    executions left for attempts `T, T+1, …` of that rollout only: ledgers, fences, started
    *    markers and token files. A fence left there would discard the restored rows later.
-   * 3. Writes each target's ledger as exactly its rows, stamped ({@link stampRows}); no file
-   *    for a target without rows. Then fsyncs the directory once.
-   * 4. Retires attempts `0..N` of every source in one batch; targets are not retired.
+   * 3. Fences attempts `0..N` of every source (the retire's first half; targets are not
+   *    retired) and fsyncs the directory once: the clearing and the fences are durable when the
+   *    import returns.
+   * 4. Defers the rest: writing each target's ledger as exactly its rows, stamped
+   *    ({@link stampRows}; no file for a target without rows), and deleting the fenced source
+   *    ledgers and their started markers. Every operation on a key runs its deferred work first,
+   *    so none can tell; {@link settleDeferred} runs the rest in the background.
+   *
+   * ## Why deferred
+   * A restore of 8,000 episodes would otherwise create 8,000 files and delete 8,000 more inside
+   * the restore. The checkpoint is the durable copy of the rows (ledger files of an import are
+   * never fsynced), and a crash before they are written is followed by another restore.
    */
   async importRecords(targets: readonly LedgerImport[]): Promise<LedgerImportResult> {
     const plans = planImport(targets);
@@ -307,23 +313,40 @@ export class CaptureLedger {
       return { imported: [], cleared: [], retired: { removed: [], absent: [] } };
     }
     await this.#ensureDir();
-    const index = new RolloutIndex(await readdir(this.#dir));
+    await this.settleDeferred();
+    const listing = await readdir(this.#dir);
+    const index = new RolloutIndex(listing);
+    const listed = new Set(listing);
     const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
-    const lockKeys = [...doomed.map((file) => file.key), ...plans.map((plan) => plan.targetKey)];
-    await this.#locks.run(lockKeys, async () => {
+    const sources = ledgerKeyBatch(attemptKeysThrough(plans.map((plan) => plan.source)));
+    const lockKeys = [
+      ...doomed.map((file) => file.key),
+      ...plans.map((plan) => plan.targetKey),
+      ...sources,
+    ];
+    const removedFlags = await this.#run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
       await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
-      const writes = plans.filter((plan) => plan.text.length > 0);
-      await inSlices(writes, (plan) => {
-        replaceFileSync(this.#path(plan.targetKey, "ledger"), plan.text);
+      const fences = new EmptyFileBatch();
+      const existed = await inSlices(sources, (key) => {
+        fences.create(this.#path(key, "fence"));
+        return listed.has(captureFileName(key, "ledger"));
       });
       await fsyncDir(this.#dir);
+      for (const plan of plans) {
+        if (plan.text.length === 0) continue;
+        const file = this.#path(plan.targetKey, "ledger");
+        // Exclusively: another server sharing the directory that restored the same target may
+        // have written it first, and appended its replacement's rows since.
+        this.#deferred.defer(plan.targetKey, () => createFileSync(file, plan.text), true);
+      }
+      for (const key of sources) this.#deferred.defer(key, () => this.#deleteFenced(key), false);
+      return existed;
     });
-    const retired = await this.retireLedgers(plans.map((plan) => plan.source));
     return {
       imported: plans.map((plan) => plan.targetKey),
       cleared: doomed.map((file) => file.name).sort(),
-      retired,
+      retired: partition(sources, removedFlags),
     };
   }
 
@@ -335,7 +358,7 @@ export class CaptureLedger {
    */
   async markStarted(key: string): Promise<boolean> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       if (await this.#exists(key, "fence")) return false;
       await this.#ensureDir();
       try {
@@ -352,7 +375,52 @@ export class CaptureLedger {
   /** Whether a server marked `key` started. */
   async isStarted(key: string): Promise<boolean> {
     ledgerEpisode(key);
-    return await this.#exists(key, "started");
+    return await this.#run([key], async () => await this.#exists(key, "started"));
+  }
+
+  /** How many keys still have file work an import deferred. */
+  get deferredKeyCount(): number {
+    return this.#deferred.size;
+  }
+
+  /**
+   * Runs every piece of file work an import deferred (target ledgers to write, source ledgers
+   * and started markers to delete), a batch of keys at a time under their locks, fsyncing the
+   * directory after each batch. The policy participant starts it when admission reopens; any
+   * operation on a key runs that key's work first anyway. A failure rejects and leaves the work
+   * that failed waiting.
+   */
+  /**
+   * Starts {@link settleDeferred} unless nothing waits or it is running already; resolves when
+   * it ends. A failure is logged (warn), not thrown, and the work that failed waits for its
+   * key's next operation.
+   */
+  settleInBackground(): Promise<void> {
+    if (this.#settling !== null) return this.#settling;
+    if (this.#deferred.size === 0) return Promise.resolve();
+    this.#settling = this.settleDeferred()
+      .catch((error: unknown) => {
+        this.#logger?.warn(
+          { err: error, dir: this.#dir },
+          "could not write the ledgers a restore deferred; each is written on its key's next use",
+        );
+      })
+      .finally(() => {
+        this.#settling = null;
+      });
+    return this.#settling;
+  }
+
+  async settleDeferred(): Promise<void> {
+    for (;;) {
+      const keys = this.#deferred.keys().slice(0, SETTLE_BATCH_KEYS);
+      if (keys.length === 0) return;
+      await this.#locks.run(keys, async () => {
+        await inSlices(keys, (key) => this.#deferred.settle(key));
+        await fsyncDir(this.#dir);
+        this.#deferred.synced(keys);
+      });
+    }
   }
 
   /**
@@ -362,11 +430,23 @@ export class CaptureLedger {
    */
   async deleteUnstarted(key: string): Promise<boolean> {
     ledgerEpisode(key);
-    return await this.#locks.run([key], async () => {
+    return await this.#run([key], async () => {
       if (await this.#exists(key, "started")) return false;
       this.#deleteFiles(key);
       await fsyncDir(this.#dir);
       return true;
+    });
+  }
+
+  /**
+   * Runs `fn` holding the locks of `keys`, once the file work a restore deferred for them has
+   * run: every operation sees the files as if that work had run inside the restore.
+   */
+  async #run<T>(keys: Iterable<string>, fn: () => Promise<T>): Promise<T> {
+    const unique = [...new Set(keys)];
+    return await this.#locks.run(unique, async () => {
+      if (this.#deferred.size > 0) await inSlices(unique, (key) => this.#deferred.settle(key));
+      return await fn();
     });
   }
 
@@ -404,7 +484,8 @@ export class CaptureLedger {
       this.#cache.drop(key);
       throw error;
     }
-    if (!exists) await fsyncDir(this.#dir);
+    // A ledger a deferred import write created is new to the directory too.
+    if (this.#deferred.takeUnsynced(key) || !exists) await fsyncDir(this.#dir);
     this.#cache.appended(
       key,
       ino,
@@ -421,6 +502,19 @@ export class CaptureLedger {
 
   async #refuseRetired(key: string): Promise<void> {
     if (await this.#exists(key, "fence")) throw new RolloutRetiredError(key);
+  }
+
+  /**
+   * The second half of a retire: deletes the ledger and started marker of fenced `key`; whether
+   * its ledger existed. A key whose fence is gone was deleted meanwhile, maybe by another process
+   * sharing the directory, and may have been written anew: it is left alone.
+   */
+  #deleteFenced(key: string): boolean {
+    this.#cache.drop(key);
+    if (!fileExistsSync(this.#path(key, "fence"))) return false;
+    const removed = unlinkIfPresentSync(this.#path(key, "ledger"));
+    unlinkIfPresentSync(this.#path(key, "started"));
+    return removed;
   }
 
   /** Removes every ledger file of `key`; whether its ledger existed. */
@@ -468,6 +562,9 @@ function attemptKeysThrough(episodes: Iterable<EpisodeId>): string[] {
 }
 
 /** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
+/** Keys per batch of {@link CaptureLedger.settleDeferred}: one directory fsync each. */
+const SETTLE_BATCH_KEYS = 1024;
+
 function partition(batch: readonly string[], removed: readonly boolean[]): LedgerRemoval {
   return {
     removed: batch.filter((_, i) => removed[i] === true),

@@ -106,7 +106,16 @@ export function fileExistsSync(file: string): boolean {
   return statSync(file, { throwIfNoEntry: false }) !== undefined;
 }
 
-/** Writes `text` as the whole content of `file`, creating or truncating it (not fsynced). */
-export function replaceFileSync(file: string, text: string): void {
-  writeFileSync(file, text, { flag: "w" });
+/**
+ * Creates `file` with `text` as its content unless it exists (not fsynced); whether this call
+ * created it. An existing file is left as it is.
+ */
+export function createFileSync(file: string, text: string): boolean {
+  try {
+    writeFileSync(file, text, { flag: "wx" });
+    return true;
+  } catch (error) {
+    if (isCode(error, "EEXIST")) return false;
+    throw error;
+  }
 }

@@ -119,6 +119,8 @@ export class PolicyParticipant extends Participant<ModelRecord> {
 
   override openAdmission(): void {
     this.gate.open();
+    // The ledger files a restore deferred follow now that the checkpoint is done with.
+    void this.#ledger?.settleInBackground();
   }
 
   override ready(): boolean {

@@ -1,0 +1,234 @@
+/**
+ * The file work an import defers (policy-model spec §6.3 steps 7 and 10): target ledgers are
+ * written and fenced source ledgers deleted after the import returns, yet every operation on a
+ * key behaves as if that work had run inside the import, and `settleDeferred` leaves exactly the
+ * files an eager import would have.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { RolloutRetiredError } from "../../../sdk/src/capture/ledger/errors.js";
+import { DeferredFileWork } from "../../../sdk/src/capture/ledger/deferred-file-work.js";
+import {
+  custodyRow,
+  ledgerAt,
+  listDir,
+  makeTempDir,
+  rejectsWith,
+  removeTempDir,
+} from "./helpers.js";
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await makeTempDir();
+});
+
+afterEach(async () => {
+  await removeTempDir(dir);
+});
+
+/** A dead attempt 0 of `rollout` that made one call and was started; then a fresh ledger. */
+async function deadSource(rollout: string) {
+  const dead = ledgerAt(dir);
+  await dead.record(rollout, custodyRow("c0", rollout));
+  await dead.markStarted(rollout);
+  return ledgerAt(dir);
+}
+
+const stamped = (rollout: string) => ({ ...custodyRow("c0", rollout), capture_key: rollout });
+
+describe("an import defers its ledger writes and source deletions", () => {
+  it("returns with the fences written and the clearing done, and no target ledger yet", async () => {
+    const ledger = await deadSource("r");
+
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    expect(await listDir(dir)).toEqual([
+      "r.lineage.jsonl",
+      "r.lineage.retired",
+      "r.lineage.started",
+    ]);
+    expect(ledger.deferredKeyCount).toBe(2);
+  });
+
+  it("settleDeferred leaves exactly the files an eager import would", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    await ledger.settleDeferred();
+
+    expect(await listDir(dir)).toEqual(["r-a1.lineage.jsonl", "r.lineage.retired"]);
+    expect(ledger.deferredKeyCount).toBe(0);
+    expect(await ledgerAt(dir).rows("r-a1")).toEqual([stamped("r")]);
+  });
+
+  it("every read of a target sees its imported rows before the settle", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+      { targetKey: "s-a1", sourceKey: "s", rows: [custodyRow("c0", "s")] },
+      { targetKey: "t-a1", sourceKey: "t", rows: [custodyRow("c0", "t")] },
+    ]);
+
+    expect(await ledger.rows("r-a1")).toEqual([stamped("r")]);
+    expect(await ledger.hasRows("s-a1")).toBe(true);
+    expect((await ledger.manifest("t-a1")).records.map((r) => r.capture_key)).toEqual(["t"]);
+    expect(await ledger.exportRowsOf(["r-a1", "s-a1"], new Set())).toEqual([
+      [stamped("r")],
+      [stamped("s")],
+    ]);
+  });
+
+  it("a row recorded before the settle lands after the imported rows, in the file too", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    expect(await ledger.record("r-a1", custodyRow("c1", "r-a1"))).toBe("appended");
+    await ledger.settleDeferred();
+
+    const lines = (await readFile(path.join(dir, "r-a1.lineage.jsonl"), "utf8")).split("\n");
+    expect(lines.filter(Boolean).map((line) => JSON.parse(line).model_call_id)).toEqual([
+      "c0",
+      "c1",
+    ]);
+  });
+
+  it("a source is retired at once: no rows, no started marker, late rows discarded", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    await rejectsWith(ledger.hasRows("r"), RolloutRetiredError);
+    expect(await ledger.isStarted("r")).toBe(false);
+    expect(await ledger.rows("r")).toEqual([]);
+    expect(await ledger.record("r", custodyRow("late", "r"))).toBe("discarded");
+  });
+
+  it("retiring or deleting a target before the settle acts on its imported ledger", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+      { targetKey: "s-a1", sourceKey: "s", rows: [custodyRow("c0", "s")] },
+    ]);
+
+    expect(await ledger.retire(["r-a1"])).toEqual({ removed: ["r-a1"], absent: [] });
+    expect(await ledger.delete(["s-a1"])).toEqual({ removed: ["s-a1"], absent: [] });
+    await ledger.settleDeferred();
+
+    const names = await listDir(dir);
+    expect(names).toContain("r-a1.lineage.retired");
+    expect(names).not.toContain("r-a1.lineage.jsonl");
+    expect(names).not.toContain("s-a1.lineage.jsonl");
+  });
+
+  it("deleteUnstarted of an untouched target removes its imported rows", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    expect(await ledger.deleteUnstarted("r-a1")).toBe(true);
+    await ledger.settleDeferred();
+
+    expect(await ledger.rows("r-a1")).toEqual([]);
+    expect(await listDir(dir)).toEqual(["r.lineage.retired"]);
+  });
+
+  it("a second import settles the first one's work before listing, so it clears that target", async () => {
+    const ledger = await deadSource("r");
+    const records = [{ targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] }];
+    await ledger.importRecords(records);
+    await ledger.record("r-a1", custodyRow("c1", "r-a1"));
+
+    const again = await ledger.importRecords(records);
+
+    expect(again.cleared).toEqual(["r-a1.lineage.jsonl"]);
+    expect(await ledger.rows("r-a1")).toEqual([stamped("r")]);
+  });
+
+  it("a deferred write never clobbers the ledger another server sharing the directory wrote since", async () => {
+    const records = [{ targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] }];
+    const a = await deadSource("r");
+    const b = ledgerAt(dir);
+    await a.importRecords(records);
+    await b.importRecords(records);
+    // The replacement starts on B, which writes its ledger and appends to it.
+    await b.record("r-a1", custodyRow("c1", "r-a1"));
+
+    await a.settleDeferred();
+
+    expect((await ledgerAt(dir).rows("r-a1")).map((row) => row.model_call_id)).toEqual([
+      "c0",
+      "c1",
+    ]);
+  });
+
+  it("settleInBackground writes everything and resolves; a second call while it runs joins it", async () => {
+    const ledger = await deadSource("r");
+    const targets = Array.from({ length: 30 }, (_, i) => ({
+      targetKey: `t${i}-a1`,
+      sourceKey: `t${i}`,
+      rows: [custodyRow("c0", `t${i}`)],
+    }));
+    await ledger.importRecords(targets);
+
+    const first = ledger.settleInBackground();
+    const second = ledger.settleInBackground();
+    expect(second).toBe(first);
+    await first;
+
+    expect(ledger.deferredKeyCount).toBe(0);
+    expect((await listDir(dir)).filter((name) => name.endsWith("-a1.lineage.jsonl"))).toHaveLength(
+      30,
+    );
+  });
+});
+
+describe("DeferredFileWork", () => {
+  it("runs a key's work once, in order, and keeps work that failed for the next settle", () => {
+    const work = new DeferredFileWork();
+    const ran: string[] = [];
+    let fail = true;
+    work.defer("k", () => ran.push("first"), false);
+    work.defer(
+      "k",
+      () => {
+        if (fail) throw new Error("disk full");
+        ran.push("second");
+      },
+      true,
+    );
+
+    expect(() => work.settle("k")).toThrow("disk full");
+    expect(work.size).toBe(1);
+    fail = false;
+    work.settle("k");
+    work.settle("k");
+
+    expect(ran).toEqual(["first", "first", "second"]);
+    expect(work.size).toBe(0);
+    expect(work.takeUnsynced("k")).toBe(true);
+    expect(work.takeUnsynced("k")).toBe(false);
+  });
+
+  it("a directory fsync covers the files settles created", () => {
+    const work = new DeferredFileWork();
+    work.defer("a", () => undefined, true);
+    work.defer("b", () => undefined, false);
+    work.settle("a");
+    work.settle("b");
+
+    work.synced(["a"]);
+
+    expect(work.takeUnsynced("a")).toBe(false);
+    expect(work.takeUnsynced("b")).toBe(false);
+  });
+});
