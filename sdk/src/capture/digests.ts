@@ -9,6 +9,7 @@
  *
  * @module
  */
+import * as cryptoModule from "node:crypto";
 import { createHash, type Hash } from "node:crypto";
 import { CaptureError } from "./capture-error.js";
 import { PyFloat, compareCodePoints } from "./python-json.js";
@@ -80,30 +81,53 @@ export function utf8Strict(text: string, field: string): Uint8Array {
   return utf8Encoder.encode(text);
 }
 
-/** Incremental SHA-256 over the encodings, counting payload bytes for the observers. */
+/** Bytes a {@link Sha256Writer} buffers before it hands them to a streaming hash. */
+const WRITER_FLUSH_BYTES = 64 * 1024;
+
+/**
+ * Incremental SHA-256 over the encodings, counting payload bytes for the observers.
+ *
+ * The encodings arrive as many small fields (a byte, a u64, a short text); they are gathered in
+ * a buffer and hashed in one call, since each native `update` costs far more than copying a few
+ * bytes. Large inputs stream through a hash object instead of growing the buffer.
+ */
 class Sha256Writer {
-  readonly #hash: Hash;
-  readonly #scratch = new DataView(new ArrayBuffer(8));
+  #hash: Hash | null = null;
+  #buffer = new Uint8Array(256);
+  #view = new DataView(this.#buffer.buffer);
+  #length = 0;
   #payloadBytes = 0;
 
   constructor(domain: string) {
-    this.#hash = createHash("sha256").update(domain, "latin1");
+    // Domains are ASCII: one byte per character, as latin1 writes them.
+    this.#reserve(domain.length);
+    for (let i = 0; i < domain.length; i++) this.#buffer[this.#length++] = domain.charCodeAt(i);
   }
 
   raw(bytes: Uint8Array): void {
-    this.#hash.update(bytes);
     this.#payloadBytes += bytes.length;
+    if (bytes.length >= WRITER_FLUSH_BYTES / 2) {
+      this.#flush();
+      this.#streaming().update(bytes);
+      return;
+    }
+    this.#reserve(bytes.length);
+    this.#buffer.set(bytes, this.#length);
+    this.#length += bytes.length;
   }
 
   u8(value: number): void {
-    this.#scratch.setUint8(0, value);
-    // update() copies synchronously, so the scratch buffer can be reused at once.
-    this.raw(new Uint8Array(this.#scratch.buffer, 0, 1));
+    this.#reserve(1);
+    this.#view.setUint8(this.#length, value);
+    this.#length += 1;
+    this.#payloadBytes += 1;
   }
 
   u64(value: number | bigint, field: string): void {
-    writeU64(this.#scratch, 0, value, field);
-    this.raw(new Uint8Array(this.#scratch.buffer, 0, 8));
+    this.#reserve(8);
+    writeU64(this.#view, this.#length, value, field);
+    this.#length += 8;
+    this.#payloadBytes += 8;
   }
 
   text(value: string, field: string): void {
@@ -118,9 +142,48 @@ class Sha256Writer {
 
   finish(kind: DigestKind): string {
     for (const observer of observers) observer(kind, this.#payloadBytes);
-    return this.#hash.digest("hex");
+    const pending = this.#buffer.subarray(0, this.#length);
+    if (this.#hash === null) return oneShotSha256(pending);
+    return this.#hash.update(pending).digest("hex");
+  }
+
+  #streaming(): Hash {
+    this.#hash ??= createHash("sha256");
+    return this.#hash;
+  }
+
+  #flush(): void {
+    if (this.#length === 0) return;
+    this.#streaming().update(this.#buffer.subarray(0, this.#length));
+    this.#length = 0;
+  }
+
+  /** Room for `n` more bytes: the buffer grows, or is flushed once it is large. */
+  #reserve(n: number): void {
+    if (this.#length + n <= this.#buffer.length) return;
+    if (this.#length + n > WRITER_FLUSH_BYTES) {
+      this.#flush();
+      if (n <= this.#buffer.length) return;
+    }
+    let size = this.#buffer.length * 2;
+    while (size < this.#length + n) size *= 2;
+    const grown = new Uint8Array(size);
+    grown.set(this.#buffer.subarray(0, this.#length));
+    this.#buffer = grown;
+    this.#view = new DataView(grown.buffer);
   }
 }
+
+/** SHA-256 (hex) of bytes in one call: `crypto.hash` where Node has it. */
+const oneShotSha256: (bytes: Uint8Array) => string =
+  typeof (cryptoModule as { hash?: unknown }).hash === "function"
+    ? (bytes) =>
+        (cryptoModule as unknown as { hash(a: string, d: Uint8Array, e: string): string }).hash(
+          "sha256",
+          bytes,
+          "hex",
+        )
+    : (bytes) => createHash("sha256").update(bytes).digest("hex");
 
 /** Writes an unsigned 64-bit big-endian integer: a safe-integer number or a bigint. */
 function writeU64(view: DataView, offset: number, value: number | bigint, field: string): void {

@@ -59,19 +59,33 @@ export function inventoryDigest(inventory: {
   readonly server_name: string;
   readonly active_prefixes: readonly GenerationCutPrefix[];
 }): string {
-  const payload = {
-    checkpoint_id: inventory.checkpoint_id,
-    server_name: inventory.server_name,
-    active_prefixes: inventory.active_prefixes.map((prefix) => ({
-      ticket_id: prefix.ticket_id,
-      rollout_id: prefix.rollout_id,
-      attempt: prefix.attempt,
-      model_call_id: prefix.model_call_id,
-      admitted_at: pyFloat(prefix.admitted_at),
-    })),
-  };
+  // pythonJson of {"active_prefixes": [...], "checkpoint_id": ..., "server_name": ...} (its keys
+  // in sorted order), written into the hash a few KB at a time: one string of a round over
+  // thousands of calls would be built from a rope of thousands of pieces.
   // pythonJson writes ASCII only, so UTF-8 and Latin-1 bytes coincide.
-  return createHash("sha256").update(pythonJson(payload), "utf8").digest("hex");
+  const hash = createHash("sha256");
+  let text = '{"active_prefixes":[';
+  inventory.active_prefixes.forEach((prefix, i) => {
+    text += (i > 0 ? "," : "") + pythonJson(digestedPrefix(prefix));
+    if (text.length >= 16 * 1024) {
+      hash.update(text, "latin1");
+      text = "";
+    }
+  });
+  text += `],"checkpoint_id":${pythonJson(inventory.checkpoint_id)}`;
+  text += `,"server_name":${pythonJson(inventory.server_name)}}`;
+  return hash.update(text, "latin1").digest("hex");
+}
+
+/** The fields of a prefix the inventory digest covers, `admitted_at` as a Python float. */
+function digestedPrefix(prefix: GenerationCutPrefix): Record<string, unknown> {
+  return {
+    ticket_id: prefix.ticket_id,
+    rollout_id: prefix.rollout_id,
+    attempt: prefix.attempt,
+    model_call_id: prefix.model_call_id,
+    admitted_at: pyFloat(prefix.admitted_at),
+  };
 }
 
 /**
@@ -190,6 +204,18 @@ export const GenerationCutReceiptSchema = z.strictObject({
 /** A worker's final durable receipt for every call of its inventory. */
 export type GenerationCutReceipt = z.output<typeof GenerationCutReceiptSchema>;
 
+/**
+ * A receipt as the model server reads it: {@link GenerationCutReceiptSchema} except that the
+ * echoed `inventory` is left for {@link validateReceiptFor} to compare, member by member and with
+ * no other keys, with the inventory that was sent; equal to a valid inventory, it is valid, so a
+ * round over thousands of calls does not parse it again.
+ */
+export const GenerationCutReceiptReplySchema = GenerationCutReceiptSchema.extend({
+  inventory: z.unknown(),
+});
+/** A receipt whose echoed inventory is not parsed yet. */
+export type GenerationCutReceiptReply = z.output<typeof GenerationCutReceiptReplySchema>;
+
 function samePrefix(a: GenerationCutPrefix, b: GenerationCutPrefix): boolean {
   return (
     a.ticket_id === b.ticket_id &&
@@ -200,14 +226,37 @@ function samePrefix(a: GenerationCutPrefix, b: GenerationCutPrefix): boolean {
   );
 }
 
-function sameInventory(a: GenerationCutInventory, b: GenerationCutInventory): boolean {
+const INVENTORY_KEYS = new Set([
+  "checkpoint_id",
+  "server_name",
+  "active_prefixes",
+  "inventory_digest",
+]);
+const PREFIX_KEYS = new Set(["ticket_id", "rollout_id", "attempt", "model_call_id", "admitted_at"]);
+
+function isPlainRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function hasOnlyKeys(value: Record<string, unknown>, allowed: ReadonlySet<string>): boolean {
+  return Object.keys(value).every((key) => allowed.has(key));
+}
+
+/** Whether an echoed inventory (parsed or raw wire) equals `b`, with no member of its own. */
+function sameInventory(echo: unknown, b: GenerationCutInventory): boolean {
+  if (!isPlainRecord(echo) || !hasOnlyKeys(echo, INVENTORY_KEYS)) return false;
+  const prefixes = echo.active_prefixes ?? [];
   return (
-    a.checkpoint_id === b.checkpoint_id &&
-    a.server_name === b.server_name &&
-    a.inventory_digest === b.inventory_digest &&
-    a.active_prefixes.length === b.active_prefixes.length &&
-    a.active_prefixes.every((prefix, i) =>
-      samePrefix(prefix, b.active_prefixes[i] as typeof prefix),
+    echo.checkpoint_id === b.checkpoint_id &&
+    echo.server_name === b.server_name &&
+    echo.inventory_digest === b.inventory_digest &&
+    Array.isArray(prefixes) &&
+    prefixes.length === b.active_prefixes.length &&
+    prefixes.every(
+      (prefix: unknown, i) =>
+        isPlainRecord(prefix) &&
+        hasOnlyKeys(prefix, PREFIX_KEYS) &&
+        samePrefix(prefix as GenerationCutPrefix, b.active_prefixes[i] as GenerationCutPrefix),
     )
   );
 }
@@ -227,7 +276,7 @@ function sameInventory(a: GenerationCutInventory, b: GenerationCutInventory): bo
  * every call of that backend as `durable_failure`.
  */
 export function validateReceiptFor(
-  receipt: GenerationCutReceipt,
+  receipt: GenerationCutReceipt | GenerationCutReceiptReply,
   inventory: GenerationCutInventory,
 ): void {
   if (

@@ -39,6 +39,20 @@ export function pyFloat(value: number): PyFloat {
  */
 export function compareCodePoints(a: string, b: string): number {
   if (a === b) return 0;
+  // UTF-16 code units order like code points except where a surrogate meets a unit above it
+  // (U+E000..U+FFFF): compare units, and only such a pair goes the slow way.
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    if ((x & 0xf800) !== 0xd800 && (y & 0xf800) !== 0xd800) return x < y ? -1 : 1;
+    return compareByIterators(a, b);
+  }
+  return a.length < b.length ? -1 : 1;
+}
+
+function compareByIterators(a: string, b: string): number {
   const left = a[Symbol.iterator]();
   const right = b[Symbol.iterator]();
   for (;;) {
@@ -139,7 +153,17 @@ function isPlainObject(value: object): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-function write(value: unknown, path: string): string {
+/**
+ * A value with no Python JSON form, found deep in {@link write}: it collects the path while it
+ * unwinds, so the walk builds no path strings until one is needed.
+ */
+class NoPythonForm {
+  /** Path segments, innermost first. */
+  readonly trail: (string | number)[] = [];
+  constructor(readonly what: string) {}
+}
+
+function write(value: unknown): string {
   switch (typeof value) {
     case "string":
       return asciiString(value);
@@ -156,20 +180,33 @@ function write(value: unknown, path: string): string {
       if (value === null) return "null";
       if (value instanceof PyFloat) return pythonFloatJson(value.value);
       if (Array.isArray(value)) {
-        return `[${value.map((item, i) => write(item, `${path}[${i}]`)).join(",")}]`;
+        let out = "[";
+        for (let i = 0; i < value.length; i++) {
+          try {
+            out += (i > 0 ? "," : "") + write(value[i]);
+          } catch (error) {
+            if (error instanceof NoPythonForm) error.trail.push(i);
+            throw error;
+          }
+        }
+        return out + "]";
       }
       if (!isPlainObject(value)) break;
       const keys = Object.keys(value).sort(compareCodePoints);
-      const members = keys.map(
-        (key) => `${asciiString(key)}:${write(value[key], `${path}.${key}`)}`,
-      );
-      return `{${members.join(",")}}`;
+      let out = "{";
+      for (let i = 0; i < keys.length; i++) {
+        const key = keys[i] as string;
+        try {
+          out += `${i > 0 ? "," : ""}${asciiString(key)}:${write(value[key])}`;
+        } catch (error) {
+          if (error instanceof NoPythonForm) error.trail.push(key);
+          throw error;
+        }
+      }
+      return out + "}";
     }
   }
-  throw new CaptureError(
-    "invalid_wire_value",
-    `${path}: ${describe(value)} has no Python JSON form`,
-  );
+  throw new NoPythonForm(describe(value));
 }
 
 function describe(value: unknown): string {
@@ -194,5 +231,16 @@ function describe(value: unknown): string {
  * pythonJson({ b: [1, pyFloat(2)], a: "é" }); // '{"a":"\\u00e9","b":[1,2.0]}'
  */
 export function pythonJson(value: unknown): string {
-  return write(value, "$");
+  try {
+    return write(value);
+  } catch (error) {
+    if (!(error instanceof NoPythonForm)) throw error;
+    const path = error.trail
+      .reverse()
+      .reduce<string>(
+        (at, part) => (typeof part === "number" ? `${at}[${part}]` : `${at}.${part}`),
+        "$",
+      );
+    throw new CaptureError("invalid_wire_value", `${path}: ${error.what} has no Python JSON form`);
+  }
 }

@@ -1,7 +1,7 @@
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { CheckpointError } from "../errors.js";
-import { parseBody } from "../wire/parse.js";
+import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
 import {
   captureKey,
   nextAttempt,
@@ -174,13 +174,13 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       case "renew":
         return await this.renew(parseBody(CheckpointRequestSchema, body, operation));
       case "retire":
-        return await this.retire(parseBody(RetireRequestSchema, body, operation));
+        return await this.retire(parseEpisodeListBody(RetireRequestSchema, body, operation));
       case "forget":
         return await this.forget(parseBody(ForgetRequestSchema, body, operation));
       case "commit":
-        return await this.commit(parseBody(CommitRequestSchema, body, operation));
+        return await this.commit(parseEpisodeListBody(CommitRequestSchema, body, operation));
       case "restore":
-        return await this.restore(parseBody(RestoreRequestSchema, body, operation));
+        return await this.restore(parseEpisodeListBody(RestoreRequestSchema, body, operation));
       case "resume":
         return await this.resume(parseBody(CheckpointRequestSchema, body, operation));
       default: {

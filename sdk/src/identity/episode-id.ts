@@ -117,6 +117,20 @@ export function episodeIdFromWire(value: unknown): EpisodeId | null {
   return mint(rolloutId, attempt);
 }
 
+/**
+ * The EpisodeIds of a wire array, or null when any entry is not one ({@link episodeIdFromWire}
+ * for each): the fast path for control bodies listing thousands of episodes.
+ */
+export function episodeIdsFromWire(values: readonly unknown[]): EpisodeId[] | null {
+  const out = new Array<EpisodeId>(values.length);
+  for (let i = 0; i < values.length; i++) {
+    const episode = episodeIdFromWire(values[i]);
+    if (episode === null) return null;
+    out[i] = episode;
+  }
+  return out;
+}
+
 /** The capture key of an episode: `r` for attempt 0, `r-aN` otherwise. */
 export function captureKey(e: EpisodeId): string {
   return e.attempt === 0 ? e.rollout_id : `${e.rollout_id}-a${e.attempt}`;

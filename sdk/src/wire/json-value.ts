@@ -99,7 +99,15 @@ interface WalkState {
   readonly ancestors: Set<object>;
   /** Containers whose subtree needs the extended serializer. */
   readonly extended: Set<object>;
+  /**
+   * A rough size of the text: string lengths plus {@link MEMBER_CHARS} per array item or object
+   * member. Tells a small value, written as one string, from a large one, written in pieces.
+   */
+  chars: number;
 }
+
+/** What {@link WalkState.chars} counts for each array item or object member besides strings. */
+const MEMBER_CHARS = 8;
 
 /** True when a number needs an extended token: NaN, ±Infinity, -0 or an unsafe integer. */
 function isExtendedNumber(n: number): boolean {
@@ -115,6 +123,8 @@ function isExtendedNumber(n: number): boolean {
 function walkValue(value: unknown, depth: number, st: WalkState): boolean {
   switch (typeof value) {
     case "string":
+      st.chars += value.length;
+      return false;
     case "boolean":
       return false;
     case "number":
@@ -134,7 +144,11 @@ function walkValue(value: unknown, depth: number, st: WalkState): boolean {
  */
 function walkItem(item: unknown, depth: number, st: WalkState): boolean {
   if (typeof item === "number") return isExtendedNumber(item);
-  if (typeof item === "string" || typeof item === "boolean" || item === null) return false;
+  if (typeof item === "string") {
+    st.chars += item.length;
+    return false;
+  }
+  if (typeof item === "boolean" || item === null) return false;
   if (typeof item === "object") return walkContainer(item, depth + 1, st);
   if (typeof item === "bigint") return checkBigint(item);
   throw new Refusal(describe(item));
@@ -168,6 +182,7 @@ function walkContainer(obj: object, depth: number, st: WalkState): boolean {
     if (getProto(obj) !== arrayProto) throw new Refusal(describe(obj));
     ancestors.add(obj);
     const arr = obj as unknown[];
+    st.chars += arr.length * MEMBER_CHARS;
     try {
       for (const n = arr.length; i < n; i++) {
         const item = arr[i];
@@ -184,6 +199,7 @@ function walkContainer(obj: object, depth: number, st: WalkState): boolean {
     ancestors.add(obj);
     // Values only: keys are needed just to name the path on refusal (same order as Object.keys).
     const values = Object.values(obj);
+    st.chars += values.length * MEMBER_CHARS;
     try {
       for (const n = values.length; i < n; i++) {
         if (walkItem(values[i], depth, st)) extended = true;
@@ -252,7 +268,12 @@ function toNotJsonError(r: Refusal): NotJsonError {
 
 /** Runs the validation walk; returns the extended-container set, or null for a plain tree. */
 function validate(value: unknown): Set<object> | null {
-  const st: WalkState = { ancestors: new Set(), extended: new Set() };
+  return validateSized(value).extended;
+}
+
+/** {@link validate}, with the walk's rough size of the text ({@link WalkState.chars}). */
+function validateSized(value: unknown): { extended: Set<object> | null; chars: number } {
+  const st: WalkState = { ancestors: new Set(), extended: new Set(), chars: 0 };
   let extended: boolean;
   try {
     extended = walkValue(value, 0, st);
@@ -260,7 +281,7 @@ function validate(value: unknown): Set<object> | null {
     if (e instanceof Refusal) throw toNotJsonError(e);
     throw e;
   }
-  return extended ? st.extended : null;
+  return { extended: extended ? st.extended : null, chars: st.chars };
 }
 
 /**
@@ -335,6 +356,8 @@ const PIECE_ITEMS = 2048;
 /** Containers nested deeper than this are emitted whole. */
 const PIECE_DEPTH = 4;
 const NOTHING_EXTENDED: Set<object> = new Set();
+/** Values whose walk counted at most this many characters are emitted as one piece. */
+const WHOLE_VALUE_CHARS = 64 * 1024;
 /** Strings at least this long are emitted as they are when nothing in them needs escaping. */
 const RAW_STRING_CHARS = 1024;
 /**
@@ -353,11 +376,24 @@ const NEEDS_ESCAPE = /[^\x20\x21\x23-\x5b\x5d-\ud7ff\ue000-\uffff]/;
  * that exceed the encoding itself. Pieces of a few tens of KB stay in the regular heap. The
  * checkpoint writer copies the pieces straight into its reused write buffers.
  *
+ * A value whose validation walk counts at most `wholeValueChars` characters (string lengths plus
+ * a few per member; 64 Ki by default) is emitted as one piece.
+ *
  * Throws {@link NotJsonError} (before emitting anything) when the value is not JSON.
  */
-export function encodeJsonPieces(value: unknown, emit: (piece: string) => void): void {
-  const extended = validate(value) ?? NOTHING_EXTENDED;
-  emitPieces(value as JsonValue, extended, 0, emit);
+export function encodeJsonPieces(
+  value: unknown,
+  emit: (piece: string) => void,
+  wholeValueChars: number = WHOLE_VALUE_CHARS,
+): void {
+  const { extended, chars } = validateSized(value);
+  // A small value is one piece: one native JSON.stringify beats thousands of tiny pieces (the
+  // records of most participants are a few KB), and its string stays small.
+  if (chars <= wholeValueChars) {
+    emit(extended === null ? JSON.stringify(value) : writeValue(value as JsonValue, extended));
+    return;
+  }
+  emitPieces(value as JsonValue, extended ?? NOTHING_EXTENDED, 0, emit);
 }
 
 function emitPieces(

@@ -421,6 +421,7 @@ describe("crash and restore", () => {
     expect(restored.body.restored).toEqual(["r-a2"]);
     expect((await status(third.url)).restored_generation_cuts).toEqual(["r-a2"]);
     // Attempts 0 and 1 are retired; the target is not.
+    await settleLedger(third);
     const files = await ledgerFiles(captureDir);
     expect(files).toEqual(expect.arrayContaining(["r.lineage.retired", "r-a1.lineage.retired"]));
     expect(files).not.toContain("r-a2.lineage.retired");

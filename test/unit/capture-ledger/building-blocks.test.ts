@@ -118,6 +118,39 @@ describe("KeyedMutex", () => {
     expect(results).toEqual(["ba", "ab", "bca"]);
   });
 
+  it("takes free keys at once: the holder starts in the caller's turn", async () => {
+    const locks = new KeyedMutex();
+    let started = false;
+    const keys = Array.from({ length: 10_000 }, (_, i) => `k${i}`);
+    const running = locks.run(keys, async () => {
+      started = true;
+    });
+    expect(started).toBe(true);
+    await running;
+    expect(locks.size).toBe(0);
+  });
+
+  it("a holder waiting for one key holds the keys before it, and gets it in turn", async () => {
+    const locks = new KeyedMutex();
+    const gate = deferred();
+    const order: string[] = [];
+    const holdingB = locks.run(["b"], async () => {
+      await gate.promise;
+      order.push("b done");
+    });
+    const both = locks.run(["a", "b"], async () => {
+      order.push("a+b");
+    });
+    const onlyA = locks.run(["a"], async () => {
+      order.push("a");
+    });
+    await Promise.resolve();
+    expect(order).toEqual([]);
+    gate.resolve();
+    await Promise.all([holdingB, both, onlyA]);
+    expect(order).toEqual(["b done", "a+b", "a"]);
+  });
+
   it("releases on failure and forgets idle keys", async () => {
     const locks = new KeyedMutex();
     await expect(

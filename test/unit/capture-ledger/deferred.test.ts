@@ -39,18 +39,15 @@ async function deadSource(rollout: string) {
 const stamped = (rollout: string) => ({ ...custodyRow("c0", rollout), capture_key: rollout });
 
 describe("an import defers its ledger writes and source deletions", () => {
-  it("returns with the fences written and the clearing done, and no target ledger yet", async () => {
+  it("returns with the clearing done and no fence, target ledger or deletion yet", async () => {
     const ledger = await deadSource("r");
+    await ledgerAt(dir).record("r-a1", custodyRow("dead", "r-a1"));
 
     await ledger.importRecords([
       { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
     ]);
 
-    expect(await listDir(dir)).toEqual([
-      "r.lineage.jsonl",
-      "r.lineage.retired",
-      "r.lineage.started",
-    ]);
+    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "r.lineage.started"]);
     expect(ledger.deferredKeyCount).toBe(2);
   });
 
@@ -193,19 +190,18 @@ describe("an import defers its ledger writes and source deletions", () => {
 });
 
 describe("DeferredFileWork", () => {
-  it("runs a key's work once, in order, and keeps work that failed for the next settle", () => {
-    const work = new DeferredFileWork();
+  it("runs a key's work once, its second part after a directory fsync, and keeps work that failed", () => {
     const ran: string[] = [];
+    const work = new DeferredFileWork(() => ran.push("fsync"));
     let fail = true;
-    work.defer("k", () => ran.push("first"), false);
-    work.defer(
-      "k",
-      () => {
+    work.defer("k", {
+      first: () => ran.push("fence"),
+      afterSync: () => {
         if (fail) throw new Error("disk full");
-        ran.push("second");
+        ran.push("delete");
       },
-      true,
-    );
+      creates: false,
+    });
 
     expect(() => work.settle("k")).toThrow("disk full");
     expect(work.size).toBe(1);
@@ -213,16 +209,31 @@ describe("DeferredFileWork", () => {
     work.settle("k");
     work.settle("k");
 
-    expect(ran).toEqual(["first", "first", "second"]);
+    expect(ran).toEqual(["fence", "fsync", "fence", "fsync", "delete"]);
     expect(work.size).toBe(0);
+  });
+
+  it("work deferred again for a key runs after the earlier work, whole", () => {
+    const ran: string[] = [];
+    const work = new DeferredFileWork(() => ran.push("fsync"));
+    work.defer("k", {
+      first: () => ran.push("a1"),
+      afterSync: () => ran.push("a2"),
+      creates: false,
+    });
+    work.defer("k", { first: () => ran.push("b"), creates: true });
+
+    work.settle("k");
+
+    expect(ran).toEqual(["a1", "fsync", "a2", "b"]);
     expect(work.takeUnsynced("k")).toBe(true);
     expect(work.takeUnsynced("k")).toBe(false);
   });
 
-  it("a directory fsync covers the files settles created", () => {
-    const work = new DeferredFileWork();
-    work.defer("a", () => undefined, true);
-    work.defer("b", () => undefined, false);
+  it("a directory fsync covers the files settled work created", () => {
+    const work = new DeferredFileWork(() => undefined);
+    work.defer("a", { first: () => undefined, creates: true });
+    work.defer("b", { first: () => undefined, creates: false });
     work.settle("a");
     work.settle("b");
 

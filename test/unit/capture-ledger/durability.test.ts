@@ -237,15 +237,34 @@ describe("import", () => {
   }
 
   it.each([1, 25])(
-    "lists the directory once and fsyncs it once for %i targets, then once per settled batch, syncing no ledger file",
+    "lists the directory once and fsyncs it once for %i targets, then twice per settled batch, syncing no ledger file",
     async (count) => {
       const events = await importRollouts(count);
 
-      expect(events).toEqual([`readdir ${dir}`, `dirsync ${dir}`, "imported", `dirsync ${dir}`]);
+      expect(events).toEqual([
+        `readdir ${dir}`,
+        `dirsync ${dir}`,
+        "imported",
+        `dirsync ${dir}`,
+        `dirsync ${dir}`,
+      ]);
     },
   );
 
-  it("the import's fsync covers the clearing and the fences; the settle's, the deferred writes and deletions", async () => {
+  it("an import with nothing to clear changes no file and fsyncs nothing", async () => {
+    const ledger = ledgerAt(dir);
+    await ledger.record("r", custodyRow("c0", "r"));
+    hooks.events = [];
+
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    expect(hooks.events).toEqual([`readdir ${dir}`]);
+    expect(await listDir(dir)).toEqual(["r.lineage.jsonl"]);
+  });
+
+  it("the import's fsync covers the clearing; the settle's, the fences, then the writes and deletions", async () => {
     const states: string[][] = [];
 
     await importRollouts(1, async () => {
@@ -253,7 +272,10 @@ describe("import", () => {
     });
 
     expect(states).toEqual([
-      ["t0.lineage.jsonl", "t0.lineage.retired"],
+      // the import: what dead executions left is gone
+      ["t0.lineage.jsonl"],
+      // the settle: fences (and writes) before the deletions they allow
+      ["t0-a1.lineage.jsonl", "t0.lineage.jsonl", "t0.lineage.retired"],
       ["t0-a1.lineage.jsonl", "t0.lineage.retired"],
     ]);
   });

@@ -37,6 +37,22 @@ describe("hashTokenIds", () => {
     expect(hashTokenIds([big])).toBe(expected);
   });
 
+  it("hashes long sequences, and many parts, through the writer's streaming path alike", () => {
+    // 8 bytes per id: these cross the writer's 64 KiB buffer in one part and in many.
+    for (const length of [4_095, 4_096, 8_191, 100_000]) {
+      const ids = Array.from({ length }, (_, i) => (i * 7919) % 2 ** 32);
+      const expected = new Bytes()
+        .ascii("nemo-gym-staging-prefix-v2")
+        .raw(tokenIdBytes(ids).buffer())
+        .sha256();
+      expect(hashTokenIds(ids)).toBe(expected);
+      const parts = Array.from({ length: 97 }, (_, k) =>
+        ids.slice((k * length) / 97, ((k + 1) * length) / 97),
+      );
+      expect(hashTokenIds(...parts)).toBe(expected);
+    }
+  });
+
   it("hashes several parts as their concatenation", () => {
     fc.assert(
       fc.property(tokenIds, tokenIds, (a, b) => {

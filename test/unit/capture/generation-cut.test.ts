@@ -5,6 +5,7 @@ import {
   GenerationCutInventorySchema,
   GenerationCutPrefixAckSchema,
   GenerationCutPrefixSchema,
+  GenerationCutReceiptReplySchema,
   GenerationCutReceiptSchema,
   buildGenerationCutInventory,
   generationCutFailureAck,
@@ -14,6 +15,7 @@ import {
   type GenerationCutPrefix,
   type GenerationCutReceipt,
 } from "../../../sdk/src/capture/generation-cut.js";
+import { pyFloat, pythonJson } from "../../../sdk/src/capture/python-json.js";
 import { expectReason, hex } from "./helpers.js";
 
 const t2: GenerationCutPrefix = {
@@ -51,6 +53,23 @@ describe("inventory_digest", () => {
     const expected = createHash("sha256").update(text, "utf8").digest("hex");
     expect(inventory().inventory_digest).toBe(expected);
     expect(expected).toBe("705599ad98c544291371ad437764e35621f1eb58b317e4fe8ef8d7ee2e39b9d0");
+  });
+
+  it("equals the digest of pythonJson of the whole payload, for a round of thousands of calls", () => {
+    const prefixes = Array.from({ length: 3_000 }, (_, i) => ({
+      ticket_id: `ticket-${i}`,
+      rollout_id: `rollout-${i % 97}`,
+      attempt: i % 3,
+      model_call_id: `call_${i}`,
+      admitted_at: 1_796_150_540 + i / 7,
+    }));
+    const fields = { checkpoint_id: "ckpt-9", server_name: "policé" };
+    const payload = {
+      ...fields,
+      active_prefixes: prefixes.map((p) => ({ ...p, admitted_at: pyFloat(p.admitted_at) })),
+    };
+    const whole = createHash("sha256").update(pythonJson(payload), "utf8").digest("hex");
+    expect(inventoryDigest({ ...fields, active_prefixes: prefixes })).toBe(whole);
   });
 
   it("orders the prefixes by ticket_id as strings (t10 before t2)", () => {
@@ -203,6 +222,76 @@ function receipt(inv: GenerationCutInventory, overrides: Partial<GenerationCutRe
     ),
   );
 }
+
+/** A receipt read as the model server reads it: the echoed inventory left raw. */
+function replyOf(wire: Record<string, unknown>) {
+  return GenerationCutReceiptReplySchema.parse(JSON.parse(JSON.stringify(wire)));
+}
+
+describe("validateReceiptFor, the echoed inventory left raw", () => {
+  const wireOf = (inv: GenerationCutInventory, echo: unknown) => ({
+    checkpoint_id: inv.checkpoint_id,
+    cut_id: "cut-1",
+    inventory_digest: inv.inventory_digest,
+    inventory: echo,
+    backend_snapshot_id: "snap-1",
+    prefixes: [ack(t10), generationCutFailureAck(t2)],
+  });
+
+  it("accepts the exact echo", () => {
+    const inv = inventory();
+    expect(() => validateReceiptFor(replyOf(wireOf(inv, inv)), inv)).not.toThrow();
+  });
+
+  it.each([
+    ["not an object", () => "inventory"],
+    ["null", () => null],
+    ["with a member of its own", (inv: GenerationCutInventory) => ({ ...inv, note: 1 })],
+    [
+      "with a prefix holding a member of its own",
+      (inv: GenerationCutInventory) => ({
+        ...inv,
+        active_prefixes: inv.active_prefixes.map((p, i) => (i === 0 ? { ...p, x: 1 } : p)),
+      }),
+    ],
+    [
+      "with a prefix missing a member",
+      (inv: GenerationCutInventory) => ({
+        ...inv,
+        active_prefixes: inv.active_prefixes.map(({ attempt: _attempt, ...p }) => p),
+      }),
+    ],
+    [
+      "with prefixes that are not a list",
+      (inv: GenerationCutInventory) => ({ ...inv, active_prefixes: {} }),
+    ],
+    [
+      "with a prefix of another type",
+      (inv: GenerationCutInventory) => ({
+        ...inv,
+        active_prefixes: inv.active_prefixes.map((p) => ({ ...p, attempt: String(p.attempt) })),
+      }),
+    ],
+  ])("refuses an echo %s", (_, echoOf) => {
+    const inv = inventory();
+    expectReason(
+      () => validateReceiptFor(replyOf(wireOf(inv, echoOf(inv))), inv),
+      "receipt_inventory_mismatch",
+    );
+  });
+
+  it("an echo without active_prefixes answers an empty inventory", () => {
+    const inv = buildGenerationCutInventory({
+      checkpoint_id: "c",
+      server_name: "s",
+      active_prefixes: [],
+    });
+    const { active_prefixes: _prefixes, ...echo } = inv;
+    expect(() =>
+      validateReceiptFor(replyOf({ ...wireOf(inv, echo), prefixes: [] }), inv),
+    ).not.toThrow();
+  });
+});
 
 describe("validateReceiptFor", () => {
   it("accepts an exact, complete answer in any ack order", () => {

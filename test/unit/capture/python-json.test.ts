@@ -114,7 +114,52 @@ describe("pythonJson", () => {
   });
 });
 
+describe("pythonJson refusals", () => {
+  it("names the path of a value with no Python JSON form", () => {
+    expect(() => pythonJson({ a: [1, { b: undefined }] })).toThrow(
+      "$.a[1].b: undefined has no Python JSON form",
+    );
+    expect(() => pythonJson([new Date(0)])).toThrow(
+      "$[0]: an object with a non-plain prototype has no Python JSON form",
+    );
+  });
+});
+
 describe("compareCodePoints", () => {
+  /** The reference: compare the strings' code point sequences. */
+  function byCodePoints(a: string, b: string): number {
+    const x = [...a].map((c) => c.codePointAt(0) as number);
+    const y = [...b].map((c) => c.codePointAt(0) as number);
+    for (let i = 0; i < Math.min(x.length, y.length); i++) {
+      if (x[i] !== y[i]) return (x[i] as number) < (y[i] as number) ? -1 : 1;
+    }
+    return x.length === y.length ? 0 : x.length < y.length ? -1 : 1;
+  }
+
+  it("agrees with a comparison of code points on any strings, lone surrogates included", () => {
+    const unit = fc.oneof(
+      fc.constantFrom(
+        "a",
+        "b",
+        "\ud7ff",
+        "\ud800",
+        "\udbff",
+        "\udc00",
+        "\udfff",
+        "\ue000",
+        "\uffff",
+      ),
+      fc.string({ unit: "binary", maxLength: 1 }),
+    );
+    const text = fc.array(unit, { maxLength: 6 }).map((parts) => parts.join(""));
+    fc.assert(
+      fc.property(text, text, (a, b) => {
+        expect(compareCodePoints(a, b)).toBe(byCodePoints(a, b));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
   it("orders as Python orders str", () => {
     const keys = ["b", "\u{1F600}", "a", "\uffff", "", "ab", "\ue000"];
     expect([...keys].sort(compareCodePoints)).toEqual([

@@ -879,7 +879,13 @@ describe("PolicyParticipant retire", () => {
     expect(p.gate.waitingCount).toBe(0);
     // Let the retires that were cut short finish their ledger work.
     ledger.release.resolve();
-    await until(() => others.every((o) => has(`${o}-a1.lineage.retired`)));
+    const allFenced = async (): Promise<boolean> => {
+      for (const o of others) if (!(await has(`${o}-a1.lineage.retired`))) return false;
+      return true;
+    };
+    const giveUp = Date.now() + 5000;
+    while (!(await allFenced()) && Date.now() < giveUp) await flush(1);
+    expect(await allFenced()).toBe(true);
   });
 });
 

@@ -828,7 +828,14 @@ describe("decoded payloads on restore", () => {
 });
 
 describe("encodeJsonPieces", () => {
+  /** The pieces of `value`, always split (no value is small enough to be written whole). */
   function pieces(value: unknown): string[] {
+    const out: string[] = [];
+    encodeJsonPieces(value, (piece) => out.push(piece), -1);
+    return out;
+  }
+
+  function defaultPieces(value: unknown): string[] {
     const out: string[] = [];
     encodeJsonPieces(value, (piece) => out.push(piece));
     return out;
@@ -838,9 +845,18 @@ describe("encodeJsonPieces", () => {
     fc.assert(
       fc.property(fc.oneof(jsonValueArb, longArrayArb, standardJsonArb), (value) => {
         expect(pieces(value).join("")).toBe(encodeJson(value));
+        expect(defaultPieces(value).join("")).toBe(encodeJson(value));
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("emits a small value as one piece and a large one in many", () => {
+    const small = { episode_id: { rollout_id: "r", attempt: 0 }, x: [1, Number.NaN, "a"] };
+    expect(defaultPieces(small)).toEqual([encodeJson(small)]);
+    const large = { a: "x".repeat(40_000), b: "y".repeat(40_000) };
+    expect(defaultPieces(large).length).toBeGreaterThan(1);
+    expect(defaultPieces(large).join("")).toBe(encodeJson(large));
   });
 
   it("writes long strings as JSON.stringify would, escapes and surrogates included", () => {

@@ -2,7 +2,7 @@ import { mkdir, open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
-import { fsyncDir } from "../../store/fs-sync.js";
+import { fsyncDir, fsyncDirSync } from "../../store/fs-sync.js";
 import {
   InvalidLedgerRowError,
   LedgerConflictError,
@@ -28,7 +28,13 @@ import {
 } from "./file-batch.js";
 import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
-import { decodeRowLine, encodeRowLine, type LedgerRow, type LedgerRowInput } from "./row-codec.js";
+import {
+  checkRow,
+  decodeRowLine,
+  encodeRowLine,
+  type LedgerRow,
+  type LedgerRowInput,
+} from "./row-codec.js";
 import { stampRows } from "./stamp.js";
 
 /** Options of a {@link CaptureLedger}. */
@@ -110,7 +116,7 @@ export class CaptureLedger {
   readonly #logger: Pick<Logger, "warn"> | null;
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
-  readonly #deferred = new DeferredFileWork();
+  readonly #deferred: DeferredFileWork;
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
 
@@ -118,6 +124,7 @@ export class CaptureLedger {
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
     this.#dir = dir;
     this.#logger = options.logger ?? null;
+    this.#deferred = new DeferredFileWork(() => fsyncDirSync(this.#dir));
   }
 
   /** The ledger directory. */
@@ -324,29 +331,39 @@ export class CaptureLedger {
       ...plans.map((plan) => plan.targetKey),
       ...sources,
     ];
-    const removedFlags = await this.#run(lockKeys, async () => {
+    await this.#run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
-      await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
-      const fences = new EmptyFileBatch();
-      const existed = await inSlices(sources, (key) => {
-        fences.create(this.#path(key, "fence"));
-        return listed.has(captureFileName(key, "ledger"));
-      });
-      await fsyncDir(this.#dir);
-      for (const plan of plans) {
-        if (plan.text.length === 0) continue;
-        const file = this.#path(plan.targetKey, "ledger");
-        // Exclusively: another server sharing the directory that restored the same target may
-        // have written it first, and appended its replacement's rows since.
-        this.#deferred.defer(plan.targetKey, () => createFileSync(file, plan.text), true);
+      if (doomed.length > 0) {
+        await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
+        await fsyncDir(this.#dir);
       }
-      for (const key of sources) this.#deferred.defer(key, () => this.#deleteFenced(key), false);
-      return existed;
+      for (const plan of plans) {
+        if (plan.rows.length === 0) continue;
+        const file = this.#path(plan.targetKey, "ledger");
+        const { targetKey, rows } = plan;
+        this.#deferred.defer(targetKey, {
+          // Exclusively: another server sharing the directory that restored the same target may
+          // have written it first, and appended its replacement's rows since.
+          first: () =>
+            createFileSync(file, rows.map((row) => encodeRowLine(targetKey, row)).join("")),
+          creates: true,
+        });
+      }
+      // A batch's fences are links to its first one (EmptyFileBatch), whichever settles them.
+      const fences = new EmptyFileBatch();
+      for (const key of sources) {
+        this.#deferred.defer(key, {
+          first: () => fences.create(this.#path(key, "fence")),
+          afterSync: () => this.#deleteFenced(key),
+          creates: false,
+        });
+      }
     });
+    const existed = sources.map((key) => listed.has(captureFileName(key, "ledger")));
     return {
       imported: plans.map((plan) => plan.targetKey),
       cleared: doomed.map((file) => file.name).sort(),
-      retired: partition(sources, removedFlags),
+      retired: partition(sources, existed),
     };
   }
 
@@ -416,7 +433,13 @@ export class CaptureLedger {
       const keys = this.#deferred.keys().slice(0, SETTLE_BATCH_KEYS);
       if (keys.length === 0) return;
       await this.#locks.run(keys, async () => {
-        await inSlices(keys, (key) => this.#deferred.settle(key));
+        // Two phases for the whole batch, one fsync after each: fences before the deletions
+        // they allow, as a retire orders them; then the writes and deletions are durable.
+        const works = keys.map((key) => this.#deferred.get(key));
+        await inSlices(works, (work) => work?.first());
+        if (works.some((work) => work?.afterSync !== undefined)) await fsyncDir(this.#dir);
+        await inSlices(works, (work) => work?.afterSync?.());
+        for (const key of keys) this.#deferred.done(key);
         await fsyncDir(this.#dir);
         this.#deferred.synced(keys);
       });
@@ -576,8 +599,8 @@ interface ImportPlan {
   readonly targetKey: string;
   readonly target: EpisodeId;
   readonly source: EpisodeId;
-  /** The target ledger's text: the stamped rows' lines. */
-  readonly text: string;
+  /** The target ledger's rows, stamped and checked. */
+  readonly rows: readonly LedgerRowInput[];
 }
 
 /** Validates an import batch whole and encodes its ledgers, before any file is touched. */
@@ -597,9 +620,9 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
       );
     }
     rollouts.add(target.rollout_id);
-    const text = stampRows(rows, sourceKey)
-      .map((row) => encodeRowLine(targetKey, row))
-      .join("");
-    return { targetKey, target, source, text };
+    const stamped = stampRows(rows, sourceKey);
+    // Checked now, so a bad row fails the import before anything changes; encoded when written.
+    for (const row of stamped) checkRow(targetKey, row);
+    return { targetKey, target, source, rows: stamped };
   });
 }

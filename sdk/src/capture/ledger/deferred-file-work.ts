@@ -1,19 +1,37 @@
 /**
- * File work a restore leaves for later, one synchronous operation per capture key, that the
- * ledger runs before any other operation on that key and in the background after admission
- * reopens (see `CaptureLedger.importRecords`).
+ * File work a restore leaves for later, per capture key, that the ledger runs before any other
+ * operation on that key and in the background after admission reopens (see
+ * `CaptureLedger.importRecords`).
  *
- * Why: a restore of thousands of episodes would otherwise create a ledger file and delete the
- * source attempt's ledger for each of them inside the restore, on the checkpoint's critical path.
- * The checkpoint is the durable copy of those rows (an import never fsyncs ledger files, and a
- * crash before they are written is followed by another restore), so the files can follow the
- * restore as long as nothing can observe the difference: every ledger operation on a key settles
- * its work first, under the key's lock.
+ * Why: a restore of thousands of episodes would otherwise fence, write and delete a few files
+ * for each of them inside the restore, on the checkpoint's critical path. The checkpoint is the
+ * durable copy of those rows (an import never fsyncs ledger files, and a crash before they are
+ * written is followed by another restore), so the files can follow the restore as long as
+ * nothing can observe the difference: every ledger operation on a key settles its work first,
+ * under the key's lock.
  */
+
+/** One key's deferred file work. */
+export interface FileWork {
+  /** Runs first (a fence, a ledger write). */
+  readonly first: () => void;
+  /** Runs once the directory was fsynced after `first` (deleting what a fence retired). */
+  readonly afterSync?: (() => void) | undefined;
+  /** Whether the work creates a file whose directory entry needs an fsync before a write to it is acknowledged. */
+  readonly creates: boolean;
+}
+
+/** The deferred work of every key, and which keys' new files still need a directory fsync. */
 export class DeferredFileWork {
-  readonly #work = new Map<string, () => void>();
+  readonly #work = new Map<string, FileWork>();
   /** Keys whose file a settle created, and whose directory entry no fsync has covered yet. */
   readonly #unsynced = new Set<string>();
+  readonly #syncDir: () => void;
+
+  /** `syncDir` fsyncs the directory, synchronously. */
+  constructor(syncDir: () => void) {
+    this.#syncDir = syncDir;
+  }
 
   /** How many keys have work waiting. */
   get size(): number {
@@ -25,47 +43,67 @@ export class DeferredFileWork {
     return [...this.#work.keys()];
   }
 
-  /**
-   * Leaves `op` to run before the next operation on `key`; `creates`: it creates a file, whose
-   * directory entry then needs an fsync before a write to it is acknowledged. Work already
-   * waiting for `key` runs first.
-   */
-  defer(key: string, op: () => void, creates: boolean): void {
+  /** The work waiting for `key`, if any. */
+  get(key: string): FileWork | undefined {
+    return this.#work.get(key);
+  }
+
+  /** Leaves `work` for `key`; work already waiting for the key runs first, whole. */
+  defer(key: string, work: FileWork): void {
     const earlier = this.#work.get(key);
     this.#work.set(
       key,
       earlier === undefined
-        ? () => this.#run(key, op, creates)
-        : () => {
-            earlier();
-            this.#run(key, op, creates);
+        ? work
+        : {
+            first: () => {
+              this.#runWhole(earlier);
+              work.first();
+            },
+            afterSync: work.afterSync,
+            creates: earlier.creates || work.creates,
           },
     );
   }
 
   /**
-   * Runs the work waiting for `key`, if any. A failure is thrown and the work stays waiting, so
-   * the next operation on the key tries again.
+   * Runs the work waiting for `key`, if any: its first part, a directory fsync when it has a
+   * second part, then that part. A failure is thrown and the work stays waiting, so the next
+   * operation on the key tries again (every part can run twice).
    */
   settle(key: string): void {
-    const op = this.#work.get(key);
-    if (op === undefined) return;
-    op();
-    this.#work.delete(key);
+    const work = this.#work.get(key);
+    if (work === undefined) return;
+    this.#runWhole(work);
+    this.done(key);
   }
 
-  /** Whether `key`'s file was created by a settle that no directory fsync has covered; clears it. */
+  /**
+   * `key`'s work has run (by {@link settle}, or by a batch that ran its parts and fsynced in
+   * between); it is dropped, and a file it created awaits a directory fsync.
+   */
+  done(key: string): void {
+    const work = this.#work.get(key);
+    if (work === undefined) return;
+    this.#work.delete(key);
+    if (work.creates) this.#unsynced.add(key);
+  }
+
+  /** Whether `key`'s file was created by settled work that no directory fsync has covered; clears it. */
   takeUnsynced(key: string): boolean {
     return this.#unsynced.delete(key);
   }
 
-  /** A directory fsync covered the files settles created for `keys`. */
+  /** A directory fsync covered the files settled work created for `keys`. */
   synced(keys: Iterable<string>): void {
     for (const key of keys) this.#unsynced.delete(key);
   }
 
-  #run(key: string, op: () => void, creates: boolean): void {
-    op();
-    if (creates) this.#unsynced.add(key);
+  #runWhole(work: FileWork): void {
+    work.first();
+    if (work.afterSync !== undefined) {
+      this.#syncDir();
+      work.afterSync();
+    }
   }
 }

@@ -1,12 +1,18 @@
-import { Mutex } from "../../util/mutex.js";
+/** A held key's waiters, first come first served (a key is in the map only while held). */
+interface Entry {
+  readonly waiters: (() => void)[];
+}
 
 /**
- * One FIFO {@link Mutex} per string key, created on demand and forgotten when idle so the map
- * holds only keys in use. Several keys are taken in sorted order, so two multi-key holders
- * never wait on each other in a cycle.
+ * One FIFO lock per string key, created on demand and forgotten when idle so the map holds only
+ * keys in use. Several keys are taken in sorted order, so two multi-key holders never wait on
+ * each other in a cycle.
+ *
+ * A free key is taken at once, without a promise: a restore or commit locks thousands of keys
+ * no one else holds, and a turn of the event loop per key cost more than the work they guard.
  */
 export class KeyedMutex {
-  readonly #entries = new Map<string, { mutex: Mutex; users: number }>();
+  readonly #entries = new Map<string, Entry>();
 
   /** How many keys have a holder or a waiter now. */
   get size(): number {
@@ -16,26 +22,33 @@ export class KeyedMutex {
   /** Runs `fn` while holding every key of `keys` (repeats ignored). */
   async run<T>(keys: Iterable<string>, fn: () => Promise<T>): Promise<T> {
     const sorted = [...new Set(keys)].sort();
-    const step = async (index: number): Promise<T> => {
-      const key = sorted[index];
-      if (key === undefined) return await fn();
-      return await this.#runOne(key, () => step(index + 1));
-    };
-    return await step(0);
+    let taken = 0;
+    try {
+      for (; taken < sorted.length; taken++) {
+        const wait = this.#acquire(sorted[taken] as string);
+        if (wait !== null) await wait;
+      }
+      return await fn();
+    } finally {
+      for (let i = 0; i < taken; i++) this.#release(sorted[i] as string);
+    }
   }
 
-  async #runOne<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    let entry = this.#entries.get(key);
+  /** Takes `key` now (null), or returns the promise of its turn, which then holds it. */
+  #acquire(key: string): Promise<void> | null {
+    const entry = this.#entries.get(key);
     if (entry === undefined) {
-      entry = { mutex: new Mutex(), users: 0 };
-      this.#entries.set(key, entry);
+      this.#entries.set(key, { waiters: [] });
+      return null;
     }
-    entry.users += 1;
-    try {
-      return await entry.mutex.runExclusive(fn);
-    } finally {
-      entry.users -= 1;
-      if (entry.users === 0) this.#entries.delete(key);
-    }
+    return new Promise<void>((resolve) => entry.waiters.push(resolve));
+  }
+
+  /** Hands `key` to its next waiter, or forgets it. */
+  #release(key: string): void {
+    const entry = this.#entries.get(key) as Entry;
+    const next = entry.waiters.shift();
+    if (next !== undefined) next();
+    else this.#entries.delete(key);
   }
 }

@@ -22,6 +22,24 @@ export type LedgerRowInput = { readonly model_call_id: string } & {
   readonly [field: string]: unknown;
 };
 
+/** Refuses what standard JSON cannot hold: what {@link writeSorted} would refuse. */
+function assertStandardJson(value: unknown): void {
+  assertJsonValue(value);
+  assertFinite(value as JsonValue);
+}
+
+function assertFinite(value: JsonValue): void {
+  if (value === null || typeof value !== "object") {
+    if (typeof value === "bigint" || (typeof value === "number" && !Number.isFinite(value))) {
+      throw new NotJsonError("$", `${String(value)} is not standard JSON`);
+    }
+    return;
+  }
+  for (const child of Array.isArray(value) ? value : Object.values(value)) {
+    assertFinite(child as JsonValue);
+  }
+}
+
 /** Compact JSON with the keys of every object sorted; refuses what standard JSON cannot hold. */
 function writeSorted(value: JsonValue): string {
   if (value === null || typeof value !== "object") {
@@ -42,6 +60,16 @@ function writeSorted(value: JsonValue): string {
  * @throws {@link InvalidLedgerRowError} when the row is not a JSON object naming its model call.
  */
 export function encodeRowLine(key: string, row: unknown): string {
+  checkRow(key, row);
+  return writeSorted(row as JsonValue) + "\n";
+}
+
+/**
+ * Checks that `row` can be stored, as {@link encodeRowLine} would, without encoding it.
+ *
+ * @throws {@link InvalidLedgerRowError} when the row is not a JSON object naming its model call.
+ */
+export function checkRow(key: string, row: unknown): void {
   if (row === null || typeof row !== "object" || Array.isArray(row)) {
     throw new InvalidLedgerRowError(key, "a row is a JSON object");
   }
@@ -50,8 +78,7 @@ export function encodeRowLine(key: string, row: unknown): string {
     throw new InvalidLedgerRowError(key, "a row needs a non-empty string model_call_id");
   }
   try {
-    assertJsonValue(row);
-    return writeSorted(row) + "\n";
+    assertStandardJson(row);
   } catch (error) {
     if (!(error instanceof NotJsonError)) throw error;
     throw new InvalidLedgerRowError(key, `row of model call '${callId}': ${error.message}`, {
