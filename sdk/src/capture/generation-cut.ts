@@ -66,7 +66,7 @@ export function inventoryDigest(inventory: {
   const hash = createHash("sha256");
   let text = '{"active_prefixes":[';
   inventory.active_prefixes.forEach((prefix, i) => {
-    text += (i > 0 ? "," : "") + pythonJson(digestedPrefix(prefix));
+    text += (i > 0 ? "," : "") + digestedPrefixJson(prefix);
     if (text.length >= 16 * 1024) {
       hash.update(text, "latin1");
       text = "";
@@ -77,15 +77,16 @@ export function inventoryDigest(inventory: {
   return hash.update(text, "latin1").digest("hex");
 }
 
-/** The fields of a prefix the inventory digest covers, `admitted_at` as a Python float. */
-function digestedPrefix(prefix: GenerationCutPrefix): Record<string, unknown> {
-  return {
-    ticket_id: prefix.ticket_id,
-    rollout_id: prefix.rollout_id,
-    attempt: prefix.attempt,
-    model_call_id: prefix.model_call_id,
-    admitted_at: pyFloat(prefix.admitted_at),
-  };
+/**
+ * pythonJson of the fields of a prefix the inventory digest covers, `admitted_at` as a Python
+ * float, written out with the keys in their sorted order.
+ */
+function digestedPrefixJson(prefix: GenerationCutPrefix): string {
+  return (
+    `{"admitted_at":${pythonJson(pyFloat(prefix.admitted_at))},"attempt":${pythonJson(prefix.attempt)}` +
+    `,"model_call_id":${pythonJson(prefix.model_call_id)},"rollout_id":${pythonJson(prefix.rollout_id)}` +
+    `,"ticket_id":${pythonJson(prefix.ticket_id)}}`
+  );
 }
 
 /**
@@ -108,7 +109,11 @@ export function buildGenerationCutInventory(input: {
   readonly active_prefixes: readonly GenerationCutPrefix[];
 }): GenerationCutInventory {
   const prefixes = input.active_prefixes
-    .map((prefix) => parseWire(GenerationCutPrefixSchema, prefix, "generation-cut prefix"))
+    .map(
+      (prefix) =>
+        checkedPrefix(prefix) ??
+        parseWire(GenerationCutPrefixSchema, prefix, "generation-cut prefix"),
+    )
     .sort((a, b) => compareCodePoints(a.ticket_id, b.ticket_id));
   // Each prefix is validated above; the envelope's two identifiers are all that is left, so the
   // inventory is not parsed again as a whole (a round may hold thousands of prefixes).
@@ -119,6 +124,24 @@ export function buildGenerationCutInventory(input: {
   );
   const fields = { ...envelope, active_prefixes: prefixes };
   return { ...fields, inventory_digest: inventoryDigest(fields) };
+}
+
+/**
+ * A copy of `value` when it is a valid {@link GenerationCutPrefix} by the rules of
+ * {@link GenerationCutPrefixSchema}, checked by hand; null otherwise (the schema then names the
+ * problem). A round checks thousands of prefixes, which zod would walk one by one, cold.
+ */
+function checkedPrefix(value: unknown): GenerationCutPrefix | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+  const p = value as Record<string, unknown>;
+  if (Object.keys(p).length !== 5) return null;
+  const { ticket_id, rollout_id, attempt, model_call_id, admitted_at } = p;
+  if (typeof ticket_id !== "string" || ticket_id.length === 0) return null;
+  if (typeof rollout_id !== "string" || !SAFE_ID_PATTERN.test(rollout_id)) return null;
+  if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 0) return null;
+  if (typeof model_call_id !== "string" || model_call_id.length === 0) return null;
+  if (typeof admitted_at !== "number" || !Number.isFinite(admitted_at)) return null;
+  return { ticket_id, rollout_id, attempt, model_call_id, admitted_at };
 }
 
 const InventoryEnvelopeSchema = GenerationCutInventorySchema.pick({

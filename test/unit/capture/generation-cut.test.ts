@@ -1,5 +1,6 @@
 /** Generation-cut wire models and the receipt-versus-inventory check (contract §7.7). */
 import { createHash } from "node:crypto";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   GenerationCutInventorySchema,
@@ -70,6 +71,35 @@ describe("inventory_digest", () => {
     };
     const whole = createHash("sha256").update(pythonJson(payload), "utf8").digest("hex");
     expect(inventoryDigest({ ...fields, active_prefixes: prefixes })).toBe(whole);
+  });
+
+  it("checks each prefix exactly as GenerationCutPrefixSchema does", () => {
+    const field = <T>(...values: T[]) => fc.constantFrom(...values);
+    const prefixArb = fc.record(
+      {
+        ticket_id: field<unknown>("t1", "", 7),
+        rollout_id: field<unknown>("r", "task-3", ".r", "", "a b"),
+        attempt: field<unknown>(0, 2, -1, 1.5, -0, 2 ** 53, "1"),
+        model_call_id: field<unknown>("c1", "", null),
+        admitted_at: field<unknown>(1.5, 0, -3, Number.NaN, Number.POSITIVE_INFINITY, "1"),
+        extra: field<unknown>(1),
+      },
+      { requiredKeys: [] },
+    );
+    fc.assert(
+      fc.property(prefixArb, (prefix) => {
+        const build = () =>
+          buildGenerationCutInventory({
+            checkpoint_id: "c",
+            server_name: "s",
+            active_prefixes: [prefix as never],
+          }).active_prefixes[0];
+        const parsed = GenerationCutPrefixSchema.safeParse(prefix);
+        if (parsed.success) expect(build()).toEqual(parsed.data);
+        else expect(build).toThrow("invalid generation-cut prefix");
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it("orders the prefixes by ticket_id as strings (t10 before t2)", () => {
