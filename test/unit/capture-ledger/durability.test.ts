@@ -251,6 +251,22 @@ describe("import", () => {
     },
   );
 
+  it("a retire of 25 imported sources before the settle fsyncs the directory twice, not per key", async () => {
+    const ledger = ledgerAt(dir);
+    const sources = Array.from({ length: 25 }, (_, i) => `s${i}`);
+    for (const key of sources) await ledger.record(key, custodyRow("c0", key));
+    await ledger.importRecords(
+      sources.map((key) => ({ targetKey: `${key}-a1`, sourceKey: key, rows: [] })),
+    );
+    hooks.events = [];
+
+    await ledger.retire(sources);
+
+    // The deferred fences, then the retire's own fsync; the ledgers are gone either way.
+    expect(hooks.events).toEqual([`dirsync ${dir}`, `dirsync ${dir}`]);
+    expect(await listDir(dir)).toEqual(sources.map((key) => `${key}.lineage.retired`).sort());
+  });
+
   it("an import with nothing to clear changes no file and fsyncs nothing", async () => {
     const ledger = ledgerAt(dir);
     await ledger.record("r", custodyRow("c0", "r"));

@@ -16,7 +16,7 @@ import {
   ledgerKeyBatch,
   type CaptureFileKind,
 } from "./files.js";
-import { DeferredFileWork } from "./deferred-file-work.js";
+import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
 import { KeyedMutex } from "./keyed-mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
 import {
@@ -433,13 +433,8 @@ export class CaptureLedger {
       const keys = this.#deferred.keys().slice(0, SETTLE_BATCH_KEYS);
       if (keys.length === 0) return;
       await this.#locks.run(keys, async () => {
-        // Two phases for the whole batch, one fsync after each: fences before the deletions
-        // they allow, as a retire orders them; then the writes and deletions are durable.
-        const works = keys.map((key) => this.#deferred.get(key));
-        await inSlices(works, (work) => work?.first());
-        if (works.some((work) => work?.afterSync !== undefined)) await fsyncDir(this.#dir);
-        await inSlices(works, (work) => work?.afterSync?.());
-        for (const key of keys) this.#deferred.done(key);
+        await this.#settle(keys);
+        // The writes and deletions are durable: appends to these ledgers need no fsync of it.
         await fsyncDir(this.#dir);
         this.#deferred.synced(keys);
       });
@@ -468,9 +463,27 @@ export class CaptureLedger {
   async #run<T>(keys: Iterable<string>, fn: () => Promise<T>): Promise<T> {
     const unique = [...new Set(keys)];
     return await this.#locks.run(unique, async () => {
-      if (this.#deferred.size > 0) await inSlices(unique, (key) => this.#deferred.settle(key));
+      await this.#settle(unique);
       return await fn();
     });
+  }
+
+  /**
+   * Runs the deferred work of `keys` (their locks held): every first part, one directory fsync
+   * when some work has a second part, then the second parts. A failure is thrown and leaves the
+   * work that did not finish waiting.
+   */
+  async #settle(keys: readonly string[]): Promise<void> {
+    if (this.#deferred.size === 0) return;
+    const settling: string[] = [];
+    for (const key of keys) if (this.#deferred.get(key) !== undefined) settling.push(key);
+    if (settling.length === 0) return;
+    const works = settling.map((key) => this.#deferred.get(key) as FileWork);
+    // Fences before the deletions they allow, as a retire orders them.
+    await inSlices(works, (work) => work.first());
+    if (works.some((work) => work.afterSync !== undefined)) await fsyncDir(this.#dir);
+    await inSlices(works, (work) => work.afterSync?.());
+    for (const key of settling) this.#deferred.done(key);
   }
 
   async #append(
