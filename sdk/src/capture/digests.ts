@@ -81,6 +81,17 @@ export function utf8Strict(text: string, field: string): Uint8Array {
   return utf8Encoder.encode(text);
 }
 
+/** The size of a {@link Sha256Writer}'s first buffer, and of the ones it hands back to reuse. */
+const WRITER_BUFFER_BYTES = 512;
+/** Buffers finished writers left for the next ones. */
+const WRITER_POOL: Uint8Array[] = [];
+
+/** A hex digit's value (the digest was checked to be lowercase hex). */
+function hexNibble(text: string, index: number): number {
+  const c = text.charCodeAt(index);
+  return c <= 0x39 ? c - 0x30 : c - 0x57;
+}
+
 /** Bytes a {@link Sha256Writer} buffers before it hands them to a streaming hash. */
 const WRITER_FLUSH_BYTES = 64 * 1024;
 
@@ -93,7 +104,7 @@ const WRITER_FLUSH_BYTES = 64 * 1024;
  */
 class Sha256Writer {
   #hash: Hash | null = null;
-  #buffer = new Uint8Array(256);
+  #buffer = WRITER_POOL.pop() ?? new Uint8Array(WRITER_BUFFER_BYTES);
   #view = new DataView(this.#buffer.buffer);
   #length = 0;
   #payloadBytes = 0;
@@ -137,14 +148,27 @@ class Sha256Writer {
   }
 
   digestHex(value: string, field: string): void {
-    this.raw(hexBytes(value, field));
+    checkHexDigest(value, field);
+    // 32 bytes straight into the buffer: no Buffer per digest.
+    this.#reserve(32);
+    for (let i = 0; i < 32; i++) {
+      this.#buffer[this.#length + i] = (hexNibble(value, 2 * i) << 4) | hexNibble(value, 2 * i + 1);
+    }
+    this.#length += 32;
+    this.#payloadBytes += 32;
   }
 
   finish(kind: DigestKind): string {
     for (const observer of observers) observer(kind, this.#payloadBytes);
     const pending = this.#buffer.subarray(0, this.#length);
-    if (this.#hash === null) return oneShotSha256(pending);
-    return this.#hash.update(pending).digest("hex");
+    const hex =
+      this.#hash === null ? oneShotSha256(pending) : this.#hash.update(pending).digest("hex");
+    // The next writer reuses the buffer (one writer is finished before the next starts, mostly;
+    // one abandoned by a throw is simply not returned).
+    if (this.#buffer.length === WRITER_BUFFER_BYTES && WRITER_POOL.length < 8) {
+      WRITER_POOL.push(this.#buffer);
+    }
+    return hex;
   }
 
   #streaming(): Hash {
@@ -200,10 +224,14 @@ function writeU64(view: DataView, offset: number, value: number | bigint, field:
   view.setUint32(offset + 4, value % TWO_32);
 }
 
-function hexBytes(value: string, field: string): Uint8Array {
+function checkHexDigest(value: string, field: string): void {
   if (typeof value !== "string" || !HEX_DIGEST_PATTERN.test(value)) {
     invalid(`${field} must be a lowercase SHA-256 hex digest`);
   }
+}
+
+function hexBytes(value: string, field: string): Uint8Array {
+  checkHexDigest(value, field);
   return Buffer.from(value, "hex");
 }
 

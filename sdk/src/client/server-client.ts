@@ -41,7 +41,11 @@ export interface ServerClientOptions {
   readonly resourcesConnectionsPerServer?: number;
   /** Bound on a data call without its own `timeoutMs`, in ms. @default 3_600_000 (one hour) */
   readonly dataTimeoutMs?: number;
-  /** Bound on establishing a connection, in ms. @default 10_000 */
+  /**
+   * Bound on establishing a connection, in ms. A server that is down refuses at once; the bound
+   * is for one overloaded by a burst (thousands of `/run` calls at once overflow its accept
+   * queue, and the kernel's retransmissions take seconds each). @default 30_000
+   */
   readonly connectTimeoutMs?: number;
 }
 
@@ -59,7 +63,7 @@ function compile(options: ServerClientOptions): CompiledOptions {
     resourcesConnectionsPerServer: options.resourcesConnectionsPerServer ?? 256,
     controlConnectionsPerServer: options.controlConnectionsPerServer ?? 16,
     dataTimeoutMs: options.dataTimeoutMs ?? 3_600_000,
-    connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
+    connectTimeoutMs: options.connectTimeoutMs ?? 30_000,
   };
   for (const [name, value] of Object.entries(compiled)) {
     const positive = name.endsWith("Ms");

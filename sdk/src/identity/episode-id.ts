@@ -90,6 +90,9 @@ export const EpisodeIdSchema = z
 
 /** Parses the wire form of an EpisodeId, throwing {@link InvalidEpisodeIdError} when invalid. */
 export function parseEpisodeId(value: unknown): EpisodeId {
+  // The hand check accepts exactly what the schema does; only a refusal needs the schema's words.
+  const fast = episodeIdFromWire(value);
+  if (fast !== null) return fast;
   const result = EpisodeIdSchema.safeParse(value);
   if (!result.success) {
     throw new InvalidEpisodeIdError(
