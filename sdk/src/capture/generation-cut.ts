@@ -239,6 +239,115 @@ export const GenerationCutReceiptReplySchema = GenerationCutReceiptSchema.extend
 /** A receipt whose echoed inventory is not parsed yet. */
 export type GenerationCutReceiptReply = z.output<typeof GenerationCutReceiptReplySchema>;
 
+const ReceiptEnvelopeSchema = GenerationCutReceiptReplySchema.extend({
+  prefixes: z.array(z.unknown()).default([]),
+});
+
+/**
+ * Parses a worker's receipt as {@link GenerationCutReceiptReplySchema} does, the acks checked
+ * by hand where they are valid ({@link checkedAck}); an ack that is not goes through the schema,
+ * which names the problem.
+ *
+ * @throws {@link CaptureError} `invalid_wire_value` naming what is wrong.
+ */
+export function parseGenerationCutReceipt(value: unknown): GenerationCutReceiptReply {
+  const envelope = parseWire(ReceiptEnvelopeSchema, value, "generation-cut receipt");
+  const prefixes = envelope.prefixes.map(
+    (ack, i) =>
+      checkedAck(ack) ?? parseWire(GenerationCutPrefixAckSchema, ack, `generation-cut ack ${i}`),
+  );
+  return { ...envelope, prefixes };
+}
+
+const ACK_KEYS = new Set([
+  ...Object.keys(identityShape),
+  "disposition",
+  "cut_kind",
+  "frozen_buffer_id",
+  "staging_keys",
+  "prefix_token_count",
+  "prefix_digest",
+  "effective_output_limit",
+  "terminal_finish_reason",
+  "terminal_stop_reason",
+]);
+
+const HEX_DIGEST = /^[0-9a-f]{64}$/;
+
+/** `value` if it is a non-negative (or, with `min` 1, positive) safe integer or null; else undefined. */
+function intOrNull(value: unknown, min: number): number | null | undefined {
+  if (value === undefined || value === null) return null;
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= min
+    ? value
+    : undefined;
+}
+
+/**
+ * The ack {@link GenerationCutPrefixAckSchema} would parse `value` into, checked by hand with the
+ * schema's rules (a property test holds the two equal); null when `value` breaks one of them.
+ */
+function checkedAck(value: unknown): GenerationCutPrefixAck | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+  const a = value as Record<string, unknown>;
+  for (const key of Object.keys(a)) if (!ACK_KEYS.has(key)) return null;
+  const identity = checkedPrefix({
+    ticket_id: a.ticket_id,
+    rollout_id: a.rollout_id,
+    attempt: a.attempt,
+    model_call_id: a.model_call_id,
+    admitted_at: a.admitted_at,
+  });
+  if (identity === null) return null;
+  const disposition = a.disposition;
+  if (disposition !== "durable_prefix" && disposition !== "durable_failure") return null;
+  const cutKind = a.cut_kind ?? null;
+  if (cutKind !== null && cutKind !== "active_prefix" && cutKind !== "terminal_completion") {
+    return null;
+  }
+  const buffer = a.frozen_buffer_id ?? null;
+  if (buffer !== null && (typeof buffer !== "string" || buffer.length === 0)) return null;
+  if (a.staging_keys === null) return null;
+  const keys = a.staging_keys ?? [];
+  if (!Array.isArray(keys) || !keys.every((key) => typeof key === "string")) return null;
+  const count = intOrNull(a.prefix_token_count, 0);
+  const limit = intOrNull(a.effective_output_limit, 1);
+  if (count === undefined || limit === undefined) return null;
+  const digest = a.prefix_digest ?? null;
+  if (digest !== null && (typeof digest !== "string" || !HEX_DIGEST.test(digest))) return null;
+  const finish = a.terminal_finish_reason ?? null;
+  if (finish !== null && finish !== "stop" && finish !== "length") return null;
+  const stop = a.terminal_stop_reason ?? null;
+  if (
+    stop !== null &&
+    typeof stop !== "string" &&
+    !(typeof stop === "number" && Number.isSafeInteger(stop))
+  ) {
+    return null;
+  }
+  const evidence = [cutKind, buffer, count, digest, limit].filter((field) => field !== null);
+  if (
+    disposition === "durable_prefix"
+      ? evidence.length !== 5 || keys.length === 0
+      : evidence.length > 0 || keys.length > 0
+  ) {
+    return null;
+  }
+  if (stop !== null && finish === null) return null;
+  if (!allDistinct(keys as string[])) return null;
+  return {
+    ...identity,
+    disposition,
+    cut_kind: cutKind,
+    frozen_buffer_id: buffer,
+    staging_keys: keys as string[],
+    prefix_token_count: count,
+    prefix_digest: digest,
+    effective_output_limit: limit,
+    terminal_finish_reason: finish,
+    terminal_stop_reason: stop as string | number | null,
+  };
+}
+
 function samePrefix(a: GenerationCutPrefix, b: GenerationCutPrefix): boolean {
   return (
     a.ticket_id === b.ticket_id &&

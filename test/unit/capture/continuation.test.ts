@@ -1,4 +1,5 @@
 /** GenerationCutContinuation, the cut record, EpisodeCut and the output budget (contract §7). */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   EpisodeCutSchema,
@@ -144,6 +145,64 @@ describe("generationCutRecordFromAck", () => {
     });
     const record = generationCutRecordFromAck(ack, { captureKey: "r", requestItems: null });
     expect(record.request_digest).toBe(conversationDigest([]));
+  });
+
+  it("builds, from any durable ack, exactly what GenerationCutRecordSchema parses (key order too)", () => {
+    const ackArb = fc.record({
+      staging_keys: fc.uniqueArray(fc.constantFrom("k1", "k2", "", "__generation_cut__/r/c1"), {
+        minLength: 1,
+        maxLength: 3,
+      }),
+      prefix_token_count: fc.nat(10),
+      effective_output_limit: fc.integer({ min: 1, max: 50 }),
+      terminal: fc.constantFrom<[string | null, string | number | null]>(
+        [null, null],
+        ["stop", null],
+        ["length", 7],
+        ["stop", "eos"],
+      ),
+      captureKey: fc.constantFrom("r", "r-a1", ""),
+    });
+    fc.assert(
+      fc.property(ackArb, (a) => {
+        const ack = GenerationCutPrefixAckSchema.parse({
+          ...prefix,
+          disposition: "durable_prefix",
+          cut_kind: "active_prefix",
+          frozen_buffer_id: "buf-1",
+          staging_keys: a.staging_keys,
+          prefix_token_count: a.prefix_token_count,
+          prefix_digest: hex("cd"),
+          effective_output_limit: a.effective_output_limit,
+          terminal_finish_reason: a.terminal[0],
+          terminal_stop_reason: a.terminal[1],
+        });
+        const source = { captureKey: a.captureKey, requestItems: items };
+        const raw = {
+          model_call_id: ack.model_call_id,
+          request_digest: conversationDigest(items),
+          continuation: {
+            source_capture_key: a.captureKey,
+            source_model_call_id: ack.model_call_id,
+            staging_keys: ack.staging_keys,
+            prefix_token_count: ack.prefix_token_count,
+            prefix_digest: ack.prefix_digest,
+            effective_output_limit: ack.effective_output_limit,
+            terminal_finish_reason: ack.terminal_finish_reason,
+            terminal_stop_reason: ack.terminal_stop_reason,
+          },
+        };
+        const parsed = GenerationCutRecordSchema.safeParse(raw);
+        if (parsed.success) {
+          expect(JSON.stringify(generationCutRecordFromAck(ack, source))).toBe(
+            JSON.stringify(parsed.data),
+          );
+        } else {
+          expectReason(() => generationCutRecordFromAck(ack, source), "invalid_wire_value");
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it("refuses a failure ack", () => {

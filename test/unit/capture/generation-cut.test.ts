@@ -11,6 +11,7 @@ import {
   buildGenerationCutInventory,
   generationCutFailureAck,
   inventoryDigest,
+  parseGenerationCutReceipt,
   validateReceiptFor,
   type GenerationCutInventory,
   type GenerationCutPrefix,
@@ -320,6 +321,104 @@ describe("validateReceiptFor, the echoed inventory left raw", () => {
     expect(() =>
       validateReceiptFor(replyOf({ ...wireOf(inv, echo), prefixes: [] }), inv),
     ).not.toThrow();
+  });
+});
+
+describe("parseGenerationCutReceipt", () => {
+  it("parses any receipt exactly as GenerationCutReceiptReplySchema does, or refuses it too", () => {
+    const durable = {
+      ticket_id: "t10",
+      rollout_id: "r",
+      attempt: 0,
+      model_call_id: "c1",
+      admitted_at: 0.00001,
+      disposition: "durable_prefix",
+      cut_kind: "active_prefix",
+      frozen_buffer_id: "buf",
+      staging_keys: ["k"],
+      prefix_token_count: 3,
+      prefix_digest: hex("cd"),
+      effective_output_limit: 8,
+    };
+    const failure = { ...t10, disposition: "durable_failure" };
+    // A valid ack with at most two fields changed (or dropped): mostly valid, often one rule off.
+    const change = fc.tuple(
+      fc.constantFrom(
+        "ticket_id",
+        "rollout_id",
+        "attempt",
+        "admitted_at",
+        "disposition",
+        "cut_kind",
+        "frozen_buffer_id",
+        "staging_keys",
+        "prefix_token_count",
+        "prefix_digest",
+        "effective_output_limit",
+        "terminal_finish_reason",
+        "terminal_stop_reason",
+        "extra",
+      ),
+      fc.constantFrom<unknown>(
+        undefined,
+        null,
+        "",
+        "x",
+        "stop",
+        "length",
+        "terminal_completion",
+        0,
+        1,
+        -1,
+        1.5,
+        2 ** 53,
+        [],
+        ["k"],
+        ["k", "k"],
+        [""],
+        [1],
+        hex("ab"),
+        "CD",
+        true,
+      ),
+    );
+    const ackArb = fc
+      .tuple(
+        fc.constantFrom<Record<string, unknown>>(durable, failure),
+        fc.array(change, { maxLength: 2 }),
+      )
+      .map(([base, changes]) => {
+        const ack: Record<string, unknown> = { ...base };
+        for (const [key, value] of changes) {
+          if (value === undefined) delete ack[key];
+          else ack[key] = value;
+        }
+        return ack;
+      });
+    const outcome = (parse: () => unknown) => {
+      try {
+        return JSON.stringify(parse());
+      } catch {
+        return "refused";
+      }
+    };
+    fc.assert(
+      fc.property(fc.array(ackArb, { maxLength: 3 }), (acks) => {
+        const inv = inventory();
+        const wire = {
+          checkpoint_id: inv.checkpoint_id,
+          cut_id: "cut-1",
+          inventory_digest: inv.inventory_digest,
+          inventory: inv,
+          backend_snapshot_id: "snap-1",
+          prefixes: acks,
+        };
+        expect(outcome(() => parseGenerationCutReceipt(wire))).toBe(
+          outcome(() => GenerationCutReceiptReplySchema.parse(wire)),
+        );
+      }),
+      { numRuns: 4000 },
+    );
   });
 });
 

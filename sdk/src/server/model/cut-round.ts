@@ -11,7 +11,7 @@ import { generationCutRecordFromAck } from "../../capture/continuation.js";
 import { conversationDigest } from "../../capture/fingerprints.js";
 import {
   GENERATION_CUT_ROUTE,
-  GenerationCutReceiptReplySchema,
+  parseGenerationCutReceipt,
   buildGenerationCutInventory,
   generationCutFailureAck,
   validateReceiptFor,
@@ -136,7 +136,7 @@ export class CutRequester {
       if (response.statusCode < 200 || response.statusCode >= 300) {
         throw new Error(`HTTP ${response.statusCode}: ${text.slice(0, 300)}`);
       }
-      const receipt = GenerationCutReceiptReplySchema.parse(JSON.parse(text));
+      const receipt = parseGenerationCutReceipt(JSON.parse(text));
       validateReceiptFor(receipt, inventory);
       acks = new Map(receipt.prefixes.map((ack) => [ack.ticket_id, ack]));
     } catch (error) {
