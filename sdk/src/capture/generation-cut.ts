@@ -324,16 +324,21 @@ function checkedAck(value: unknown): GenerationCutPrefixAck | null {
   ) {
     return null;
   }
-  const evidence = [cutKind, buffer, count, digest, limit].filter((field) => field !== null);
+  const evidence =
+    (cutKind === null ? 0 : 1) +
+    (buffer === null ? 0 : 1) +
+    (count === null ? 0 : 1) +
+    (digest === null ? 0 : 1) +
+    (limit === null ? 0 : 1);
   if (
     disposition === "durable_prefix"
-      ? evidence.length !== 5 || keys.length === 0
-      : evidence.length > 0 || keys.length > 0
+      ? evidence !== 5 || keys.length === 0
+      : evidence > 0 || keys.length > 0
   ) {
     return null;
   }
   if (stop !== null && finish === null) return null;
-  if (!allDistinct(keys as string[])) return null;
+  if (keys.length > 1 && !allDistinct(keys as string[])) return null;
   return {
     ...identity,
     disposition,

@@ -222,18 +222,25 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   override exportRecords(scope: readonly EpisodeId[] | null): EnvironmentRecord[] {
     const inScope = scope === null ? null : new Set(scope.map(captureKey));
     const records: EnvironmentRecord[] = [];
+    // Sorted by capture key, each computed once (not twice per comparison).
+    const keyed: { key: string; record: EnvironmentRecord }[] = [];
     for (const [key, boundary] of this.steps.exported()) {
       if (inScope !== null && !inScope.has(key)) continue;
       const digest = this.#digests.get(key);
       const episode = this.#live.get(key);
       if (digest === undefined || episode === undefined) continue;
-      records.push(record(key, episode, digest, boundary));
+      keyed.push({ key, record: record(key, episode, digest, boundary) });
     }
     for (const [key, restored] of this.#restored) {
       if (inScope !== null && !inScope.has(key)) continue;
-      records.push(record(key, restored.episode, restored.taskDigest, restored.boundary));
+      keyed.push({
+        key,
+        record: record(key, restored.episode, restored.taskDigest, restored.boundary),
+      });
     }
-    return records.sort((a, b) => compareStrings(keyOf(a), keyOf(b)));
+    keyed.sort((a, b) => compareStrings(a.key, b.key));
+    for (const { record: r } of keyed) records.push(r);
+    return records;
   }
 
   override restoreRecords(records: readonly EnvironmentRecord[]): void {
@@ -315,6 +322,3 @@ function record(
   });
 }
 
-function keyOf(r: EnvironmentRecord): string {
-  return captureKey(parseEpisodeId(r.episode_id));
-}
