@@ -259,7 +259,10 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     expect(run.lineage(counter.key(1))).toHaveLength(counter.task.turns.length);
     expect(run.lineage(again.key(1))).toHaveLength(2);
     await run.crash();
-    expect((await pending.outcome).status).toBe(0);
+    // Never a success: mostly the connection drops (0); under load a server can still answer an
+    // error between its upstream's death and its own.
+    const { status } = await pending.outcome;
+    expect(status === 0 || status >= 500, `the dead attempt answered ${status}`).toBe(true);
   });
 
   it("continues after a second crash, from the checkpoint taken before the replacement started", async () => {

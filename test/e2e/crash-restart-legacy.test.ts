@@ -209,7 +209,12 @@ describe.sequential(
 
     it("starts the restart over after a crash while the saved episode continues", async () => {
       await run.crash();
-      for (const pending of first.values()) expect((await pending.outcome).status).toBe(0);
+      // The dead attempts never succeed. Mostly their connection drops (status 0); under load a
+      // server can still answer an error between its upstream's death and its own.
+      for (const pending of first.values()) {
+        const { status } = await pending.outcome;
+        expect(status === 0 || status >= 500, `a dead attempt answered ${status}`).toBe(true);
+      }
       await run.serve({ afterCrash: true });
       await run.release();
       participants = await run.participants();
