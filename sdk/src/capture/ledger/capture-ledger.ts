@@ -96,9 +96,11 @@ function isCode(error: unknown, code: string): boolean {
  * ## Durability
  * A row is appended, flushed and fsynced; creating a ledger fsyncs the directory. A retire
  * writes its fences, fsyncs the directory once, then deletes; a delete fsyncs the directory
- * once per non-empty batch. An import fsyncs the directory twice per batch (its files, then its
- * retire), whatever the batch size, and does not fsync each file: the checkpoint is the durable
- * copy and importing again gives the same ledgers. Started markers are never fsynced.
+ * once per non-empty batch. An import fsyncs the directory once when it cleared something, and
+ * defers its ledgers, fences and deletions ({@link importRecords}); settling them fsyncs the
+ * directory after the fences and again after the writes and deletions, per batch of keys. No
+ * imported ledger file is fsynced: the checkpoint is the durable copy and importing again gives
+ * the same ledgers. Started markers are never fsynced.
  *
  * ## Concurrency
  * Operations on one key are serialized by an in-process lock per key; batches take their keys
