@@ -39,7 +39,7 @@ async function deadSource(rollout: string) {
 const stamped = (rollout: string) => ({ ...custodyRow("c0", rollout), capture_key: rollout });
 
 describe("an import defers its ledger writes and source deletions", () => {
-  it("returns with the clearing done and no fence, target ledger or deletion yet", async () => {
+  it("returns with the clearing done and the fences durable, no target ledger or deletion yet", async () => {
     const ledger = await deadSource("r");
     await ledgerAt(dir).record("r-a1", custodyRow("dead", "r-a1"));
 
@@ -47,8 +47,37 @@ describe("an import defers its ledger writes and source deletions", () => {
       { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
     ]);
 
-    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "r.lineage.started"]);
+    expect(await listDir(dir)).toEqual([
+      "r.lineage.jsonl",
+      "r.lineage.retired",
+      "r.lineage.started",
+    ]);
     expect(ledger.deferredKeyCount).toBe(2);
+  });
+
+  it("another server sharing the directory sees the source retired as soon as the import returns", async () => {
+    const ledger = await deadSource("r");
+    const other = ledgerAt(dir);
+
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    await rejectsWith(other.manifest("r"), RolloutRetiredError);
+  });
+
+  it("two imports of the same target at once leave the later one's rows, as one after the other would", async () => {
+    const ledger = await deadSource("r");
+
+    const first = ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("x", "r")] },
+    ]);
+    const second = ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("y", "r")] },
+    ]);
+    await Promise.all([first, second]);
+
+    expect((await ledger.rows("r-a1")).map((row) => row.model_call_id)).toEqual(["y"]);
   });
 
   it("settleDeferred leaves exactly the files an eager import would", async () => {

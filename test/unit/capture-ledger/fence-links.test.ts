@@ -6,13 +6,15 @@
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { EmptyFileBatch } from "../../../sdk/src/capture/ledger/file-batch.js";
+import { EmptyFileBatch, createFileSync } from "../../../sdk/src/capture/ledger/file-batch.js";
 import { makeTempDir, removeTempDir } from "./helpers.js";
 
 const linkHooks = vi.hoisted(() => ({
   /** The error code the next links fail with, or null. */
   failWith: null as string | null,
   failures: 0,
+  /** The error code the next write to a file descriptor fails with, after half its text. */
+  failWrite: null as string | null,
 }));
 
 vi.mock("node:fs", async (importOriginal) => {
@@ -26,7 +28,16 @@ vi.mock("node:fs", async (importOriginal) => {
     }
     actual.linkSync(existing, newPath);
   };
-  const wrapped = { ...actual, linkSync };
+  const writeFileSync: typeof actual.writeFileSync = (file, data, options) => {
+    if (linkHooks.failWrite !== null && typeof file === "number" && typeof data === "string") {
+      actual.writeFileSync(file, data.slice(0, data.length / 2));
+      throw Object.assign(new Error(`${linkHooks.failWrite}: injected`), {
+        code: linkHooks.failWrite,
+      });
+    }
+    actual.writeFileSync(file, data, options);
+  };
+  const wrapped = { ...actual, linkSync, writeFileSync };
   return { ...wrapped, default: wrapped };
 });
 
@@ -35,6 +46,7 @@ beforeEach(async () => {
   dir = await makeTempDir();
   linkHooks.failWith = null;
   linkHooks.failures = 0;
+  linkHooks.failWrite = null;
 });
 afterEach(async () => {
   await removeTempDir(dir);
@@ -67,5 +79,20 @@ describe("EmptyFileBatch when a link fails", () => {
 
     expect(batch.create(at("b"))).toBe(false);
     expect(statSync(at("a")).nlink).toBe(2);
+  });
+});
+
+describe("createFileSync when the write fails part-way", () => {
+  it("removes the torn file, so the retry writes it whole", () => {
+    linkHooks.failWrite = "ENOSPC";
+    expect(() => createFileSync(at("t.lineage.jsonl"), '{"model_call_id":"c0"}\n')).toThrow(
+      "ENOSPC",
+    );
+    expect(() => statSync(at("t.lineage.jsonl"))).toThrow();
+
+    linkHooks.failWrite = null;
+    expect(createFileSync(at("t.lineage.jsonl"), '{"model_call_id":"c0"}\n')).toBe(true);
+    expect(readFileSync(at("t.lineage.jsonl"), "utf8")).toBe('{"model_call_id":"c0"}\n');
+    expect(createFileSync(at("t.lineage.jsonl"), "other")).toBe(false);
   });
 });

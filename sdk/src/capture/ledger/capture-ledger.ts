@@ -18,6 +18,7 @@ import {
 } from "./files.js";
 import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
 import { KeyedMutex } from "./keyed-mutex.js";
+import { Mutex } from "../../util/mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
 import {
   EmptyFileBatch,
@@ -121,6 +122,7 @@ export class CaptureLedger {
   readonly #deferred: DeferredFileWork;
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
+  readonly #importing = new Mutex();
 
   /** A ledger over `dir`, created on the first write if missing. */
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
@@ -311,16 +313,24 @@ export class CaptureLedger {
    *    ledgers and their started markers. Every operation on a key runs its deferred work first,
    *    so none can tell; {@link settleDeferred} runs the rest in the background.
    *
+   * Imports run one at a time, each after the work earlier ones deferred.
+   *
    * ## Why deferred
    * A restore of 8,000 episodes would otherwise create 8,000 files and delete 8,000 more inside
    * the restore. The checkpoint is the durable copy of the rows (ledger files of an import are
-   * never fsynced), and a crash before they are written is followed by another restore.
+   * never fsynced), and a crash before they are written is followed by another restore. The
+   * fences are not deferred: other processes sharing the directory, and processes started after
+   * a crash, must see the source attempts retired (spec §5.5); they are cheap hard links.
    */
   async importRecords(targets: readonly LedgerImport[]): Promise<LedgerImportResult> {
     const plans = planImport(targets);
     if (plans.length === 0) {
       return { imported: [], cleared: [], retired: { removed: [], absent: [] } };
     }
+    return await this.#importing.runExclusive(() => this.#importPlans(plans));
+  }
+
+  async #importPlans(plans: readonly ImportPlan[]): Promise<LedgerImportResult> {
     await this.#ensureDir();
     await this.settleDeferred();
     const listing = await readdir(this.#dir);
@@ -335,10 +345,11 @@ export class CaptureLedger {
     ];
     await this.#run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
-      if (doomed.length > 0) {
-        await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
-        await fsyncDir(this.#dir);
-      }
+      await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
+      const fences = new EmptyFileBatch();
+      await inSlices(sources, (key) => fences.create(this.#path(key, "fence")));
+      // The clearing and the fences are durable before the import returns.
+      await fsyncDir(this.#dir);
       for (const plan of plans) {
         if (plan.rows.length === 0) continue;
         const file = this.#path(plan.targetKey, "ledger");
@@ -351,14 +362,9 @@ export class CaptureLedger {
           creates: true,
         });
       }
-      // A batch's fences are links to its first one (EmptyFileBatch), whichever settles them.
-      const fences = new EmptyFileBatch();
+      // The fences are durable: the deletions they allow need no fsync of their own first.
       for (const key of sources) {
-        this.#deferred.defer(key, {
-          first: () => fences.create(this.#path(key, "fence")),
-          afterSync: () => this.#deleteFenced(key),
-          creates: false,
-        });
+        this.#deferred.defer(key, { first: () => this.#deleteFenced(key), creates: false });
       }
     });
     const existed = sources.map((key) => listed.has(captureFileName(key, "ledger")));
@@ -403,13 +409,6 @@ export class CaptureLedger {
   }
 
   /**
-   * Runs every piece of file work an import deferred (target ledgers to write, source ledgers
-   * and started markers to delete), a batch of keys at a time under their locks, fsyncing the
-   * directory after each batch. The policy participant starts it when admission reopens; any
-   * operation on a key runs that key's work first anyway. A failure rejects and leaves the work
-   * that failed waiting.
-   */
-  /**
    * Starts {@link settleDeferred} unless nothing waits or it is running already; resolves when
    * it ends. A failure is logged (warn), not thrown, and the work that failed waits for its
    * key's next operation.
@@ -430,6 +429,13 @@ export class CaptureLedger {
     return this.#settling;
   }
 
+  /**
+   * Runs every piece of file work an import deferred (target ledgers to write, source ledgers
+   * and started markers to delete), a batch of keys at a time under their locks, fsyncing the
+   * directory after each batch. The policy participant starts it when admission reopens; any
+   * operation on a key runs that key's work first anyway. A failure rejects and leaves the work
+   * that failed waiting.
+   */
   async settleDeferred(): Promise<void> {
     for (;;) {
       const keys = this.#deferred.keys().slice(0, SETTLE_BATCH_KEYS);
@@ -599,10 +605,10 @@ function attemptKeysThrough(episodes: Iterable<EpisodeId>): string[] {
   return keys;
 }
 
-/** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
 /** Keys per batch of {@link CaptureLedger.settleDeferred}: one directory fsync each. */
 const SETTLE_BATCH_KEYS = 1024;
 
+/** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
 function partition(batch: readonly string[], removed: readonly boolean[]): LedgerRemoval {
   return {
     removed: batch.filter((_, i) => removed[i] === true),

@@ -108,14 +108,24 @@ export function fileExistsSync(file: string): boolean {
 
 /**
  * Creates `file` with `text` as its content unless it exists (not fsynced); whether this call
- * created it. An existing file is left as it is.
+ * created it. An existing file is left as it is. A write that fails part-way removes the file it
+ * created, so a retry does not find a torn file and take it for done.
  */
 export function createFileSync(file: string, text: string): boolean {
+  let fd: number;
   try {
-    writeFileSync(file, text, { flag: "wx" });
-    return true;
+    fd = openSync(file, "wx");
   } catch (error) {
     if (isCode(error, "EEXIST")) return false;
     throw error;
   }
+  try {
+    writeFileSync(fd, text);
+  } catch (error) {
+    closeSync(fd);
+    unlinkIfPresentSync(file);
+    throw error;
+  }
+  closeSync(fd);
+  return true;
 }
