@@ -1,4 +1,3 @@
-import { closeSync, fsyncSync, openSync } from "node:fs";
 import { open } from "node:fs/promises";
 
 /** fsyncs a directory so the entries created in it survive a crash. */
@@ -8,15 +7,5 @@ export async function fsyncDir(dir: string): Promise<void> {
     await handle.sync();
   } finally {
     await handle.close();
-  }
-}
-
-/** {@link fsyncDir}, synchronously (for work that runs inside one turn of the event loop). */
-export function fsyncDirSync(dir: string): void {
-  const fd = openSync(dir, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
   }
 }

@@ -219,52 +219,29 @@ describe("an import defers its ledger writes and source deletions", () => {
 });
 
 describe("DeferredFileWork", () => {
-  it("runs a key's work once, its second part after a directory fsync, and keeps work that failed", () => {
+  it("keeps a key's work until it is marked done; work deferred again runs after the earlier", () => {
     const ran: string[] = [];
-    const work = new DeferredFileWork(() => ran.push("fsync"));
-    let fail = true;
-    work.defer("k", {
-      first: () => ran.push("fence"),
-      afterSync: () => {
-        if (fail) throw new Error("disk full");
-        ran.push("delete");
-      },
-      creates: false,
-    });
+    const work = new DeferredFileWork();
+    work.defer("k", { run: () => ran.push("delete"), creates: false });
+    work.defer("k", { run: () => ran.push("write"), creates: true });
 
-    expect(() => work.settle("k")).toThrow("disk full");
+    work.get("k")?.run();
     expect(work.size).toBe(1);
-    fail = false;
-    work.settle("k");
-    work.settle("k");
+    work.done("k");
 
-    expect(ran).toEqual(["fence", "fsync", "fence", "fsync", "delete"]);
+    expect(ran).toEqual(["delete", "write"]);
     expect(work.size).toBe(0);
-  });
-
-  it("work deferred again for a key runs after the earlier work, whole", () => {
-    const ran: string[] = [];
-    const work = new DeferredFileWork(() => ran.push("fsync"));
-    work.defer("k", {
-      first: () => ran.push("a1"),
-      afterSync: () => ran.push("a2"),
-      creates: false,
-    });
-    work.defer("k", { first: () => ran.push("b"), creates: true });
-
-    work.settle("k");
-
-    expect(ran).toEqual(["a1", "fsync", "a2", "b"]);
+    expect(work.get("k")).toBeUndefined();
     expect(work.takeUnsynced("k")).toBe(true);
     expect(work.takeUnsynced("k")).toBe(false);
   });
 
   it("a directory fsync covers the files settled work created", () => {
-    const work = new DeferredFileWork(() => undefined);
-    work.defer("a", { first: () => undefined, creates: true });
-    work.defer("b", { first: () => undefined, creates: false });
-    work.settle("a");
-    work.settle("b");
+    const work = new DeferredFileWork();
+    work.defer("a", { run: () => undefined, creates: true });
+    work.defer("b", { run: () => undefined, creates: false });
+    work.done("a");
+    work.done("b");
 
     work.synced(["a"]);
 

@@ -2,7 +2,7 @@ import { mkdir, open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
-import { fsyncDir, fsyncDirSync } from "../../store/fs-sync.js";
+import { fsyncDir } from "../../store/fs-sync.js";
 import {
   InvalidLedgerRowError,
   LedgerConflictError,
@@ -119,7 +119,7 @@ export class CaptureLedger {
   readonly #logger: Pick<Logger, "warn"> | null;
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
-  readonly #deferred: DeferredFileWork;
+  readonly #deferred = new DeferredFileWork();
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
   readonly #importing = new Mutex();
@@ -128,7 +128,6 @@ export class CaptureLedger {
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
     this.#dir = dir;
     this.#logger = options.logger ?? null;
-    this.#deferred = new DeferredFileWork(() => fsyncDirSync(this.#dir));
   }
 
   /** The ledger directory. */
@@ -357,14 +356,14 @@ export class CaptureLedger {
         this.#deferred.defer(targetKey, {
           // Exclusively: another server sharing the directory that restored the same target may
           // have written it first, and appended its replacement's rows since.
-          first: () =>
+          run: () =>
             createFileSync(file, rows.map((row) => encodeRowLine(targetKey, row)).join("")),
           creates: true,
         });
       }
       // The fences are durable: the deletions they allow need no fsync of their own first.
       for (const key of sources) {
-        this.#deferred.defer(key, { first: () => this.#deleteFenced(key), creates: false });
+        this.#deferred.defer(key, { run: () => this.#deleteFenced(key), creates: false });
       }
     });
     const existed = sources.map((key) => listed.has(captureFileName(key, "ledger")));
@@ -487,10 +486,7 @@ export class CaptureLedger {
     for (const key of keys) if (this.#deferred.get(key) !== undefined) settling.push(key);
     if (settling.length === 0) return;
     const works = settling.map((key) => this.#deferred.get(key) as FileWork);
-    // Fences before the deletions they allow, as a retire orders them.
-    await inSlices(works, (work) => work.first());
-    if (works.some((work) => work.afterSync !== undefined)) await fsyncDir(this.#dir);
-    await inSlices(works, (work) => work.afterSync?.());
+    await inSlices(works, (work) => work.run());
     for (const key of settling) this.#deferred.done(key);
   }
 

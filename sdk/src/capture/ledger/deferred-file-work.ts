@@ -3,20 +3,18 @@
  * operation on that key and in the background after admission reopens (see
  * `CaptureLedger.importRecords`).
  *
- * Why: a restore of thousands of episodes would otherwise fence, write and delete a few files
- * for each of them inside the restore, on the checkpoint's critical path. The checkpoint is the
- * durable copy of those rows (an import never fsyncs ledger files, and a crash before they are
- * written is followed by another restore), so the files can follow the restore as long as
- * nothing can observe the difference: every ledger operation on a key settles its work first,
- * under the key's lock.
+ * Why: a restore of thousands of episodes would otherwise write and delete a file for each of
+ * them inside the restore, on the checkpoint's critical path. The checkpoint is the durable copy
+ * of those rows (an import never fsyncs ledger files, and a crash before they are written is
+ * followed by another restore), so the files can follow the restore as long as nothing can
+ * observe the difference: every ledger operation on a key settles its work first, under the
+ * key's lock.
  */
 
 /** One key's deferred file work. */
 export interface FileWork {
-  /** Runs first (a fence, a ledger write). */
-  readonly first: () => void;
-  /** Runs once the directory was fsynced after `first` (deleting what a fence retired). */
-  readonly afterSync?: (() => void) | undefined;
+  /** The file operations (a ledger write, the deletion of a fenced ledger); may run twice. */
+  readonly run: () => void;
   /** Whether the work creates a file whose directory entry needs an fsync before a write to it is acknowledged. */
   readonly creates: boolean;
 }
@@ -24,14 +22,8 @@ export interface FileWork {
 /** The deferred work of every key, and which keys' new files still need a directory fsync. */
 export class DeferredFileWork {
   readonly #work = new Map<string, FileWork>();
-  /** Keys whose file a settle created, and whose directory entry no fsync has covered yet. */
+  /** Keys whose file settled work created, and whose directory entry no fsync has covered yet. */
   readonly #unsynced = new Set<string>();
-  readonly #syncDir: () => void;
-
-  /** `syncDir` fsyncs the directory, synchronously. */
-  constructor(syncDir: () => void) {
-    this.#syncDir = syncDir;
-  }
 
   /** How many keys have work waiting. */
   get size(): number {
@@ -48,7 +40,7 @@ export class DeferredFileWork {
     return this.#work.get(key);
   }
 
-  /** Leaves `work` for `key`; work already waiting for the key runs first, whole. */
+  /** Leaves `work` for `key`; work already waiting for the key runs first. */
   defer(key: string, work: FileWork): void {
     const earlier = this.#work.get(key);
     this.#work.set(
@@ -56,31 +48,18 @@ export class DeferredFileWork {
       earlier === undefined
         ? work
         : {
-            first: () => {
-              this.#runWhole(earlier);
-              work.first();
+            run: () => {
+              earlier.run();
+              work.run();
             },
-            afterSync: work.afterSync,
             creates: earlier.creates || work.creates,
           },
     );
   }
 
   /**
-   * Runs the work waiting for `key`, if any: its first part, a directory fsync when it has a
-   * second part, then that part. A failure is thrown and the work stays waiting, so the next
-   * operation on the key tries again (every part can run twice).
-   */
-  settle(key: string): void {
-    const work = this.#work.get(key);
-    if (work === undefined) return;
-    this.#runWhole(work);
-    this.done(key);
-  }
-
-  /**
-   * `key`'s work has run (by {@link settle}, or by a batch that ran its parts and fsynced in
-   * between); it is dropped, and a file it created awaits a directory fsync.
+   * `key`'s work has run; it is dropped, and a file it created awaits a directory fsync. Work
+   * that failed is not marked done: it stays waiting, and the next operation tries again.
    */
   done(key: string): void {
     const work = this.#work.get(key);
@@ -97,13 +76,5 @@ export class DeferredFileWork {
   /** A directory fsync covered the files settled work created for `keys`. */
   synced(keys: Iterable<string>): void {
     for (const key of keys) this.#unsynced.delete(key);
-  }
-
-  #runWhole(work: FileWork): void {
-    work.first();
-    if (work.afterSync !== undefined) {
-      this.#syncDir();
-      work.afterSync();
-    }
   }
 }
