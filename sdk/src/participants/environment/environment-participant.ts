@@ -221,7 +221,6 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
 
   override exportRecords(scope: readonly EpisodeId[] | null): EnvironmentRecord[] {
     const inScope = scope === null ? null : new Set(scope.map(captureKey));
-    const records: EnvironmentRecord[] = [];
     // Sorted by capture key, each computed once (not twice per comparison).
     const keyed: { key: string; record: EnvironmentRecord }[] = [];
     for (const [key, boundary] of this.steps.exported()) {
@@ -238,9 +237,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
         record: record(key, restored.episode, restored.taskDigest, restored.boundary),
       });
     }
-    keyed.sort((a, b) => compareStrings(a.key, b.key));
-    for (const { record: r } of keyed) records.push(r);
-    return records;
+    return keyed.sort((a, b) => compareStrings(a.key, b.key)).map(({ record: r }) => r);
   }
 
   override restoreRecords(records: readonly EnvironmentRecord[]): void {
