@@ -116,6 +116,36 @@ describe("parking and export", () => {
     expect((await activation.value).status).toBe(200);
   });
 
+  it("a session the hook describes with a value that is not JSON fails the commit with 422 naming the episode and the path", async () => {
+    class DatedAgent extends ScriptedAgent {
+      protected override async exportAgentSessions(input: {
+        readonly sessionKeys: readonly string[];
+        readonly signal: AbortSignal;
+      }): Promise<Readonly<Record<string, Record<string, JsonValue>>>> {
+        const out = await super.exportAgentSessions(input);
+        const dated = new Date(0) as unknown as JsonValue;
+        return Object.fromEntries(
+          Object.entries(out).map(([key, session]) => [key, { ...session, when: dated }]),
+        );
+      }
+    }
+    const agent = new DatedAgent({ name: "agent", checkpoint: CHECKPOINT_ON });
+    servers.push(agent);
+    const { url } = await agent.listen({ port: 0 });
+    await seeded(url, "s");
+    await prepare(url, "c1").expect(200);
+    const dir = await tempDir();
+    const refused = await commit(url, "c1", dir).expect(422);
+    expect(refused.body.error.code).toBe("invalid_checkpoint_state");
+    expect(refused.body.error.detail).toMatch(
+      /episode 'r' is not JSON: \$\.session\.when: a Date is not JSON/,
+    );
+    // Nothing was published: no manifest in the participant's directory.
+    await expect(readdir(path.join(dir, "gym", "agent", "agent"))).resolves.not.toContain(
+      "manifest.json",
+    );
+  });
+
   it("a model reply arriving after prepare is held at the boundary before the call until resume", async () => {
     const { agent, url } = await serve();
     agent.model.hold = true;

@@ -23,7 +23,7 @@ import { untilSettledOrAborted } from "../../util/abortable.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { indexAdd, indexDelete } from "../../util/multimap.js";
 import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
-import { assertJsonValue, type JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../wire/json-value.js";
 import {
   AGENT_KIND,
   AgentSessionRecordSchema,
@@ -643,22 +643,10 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       const episode = isLegacySessionKey(s.key)
         ? (legacyBoundaries.get(s.captureKey) ?? this.#legacyRestored.get(s.key) ?? null)
         : null;
+      // Not walked here: the records writer checks every record once as it encodes it, and a
+      // value that is not JSON fails the commit with 422 naming the episode and the path
+      // (`$.session…`, `$.boundary…`), as spec core §7.2 asks.
       const session = states[s.key] as JsonValue;
-      for (const [what, value] of [
-        ["session", session],
-        ["boundary", boundary],
-        ["episode", episode],
-      ] as const) {
-        try {
-          assertJsonValue(value);
-        } catch (error) {
-          throw new CheckpointError(
-            "checkpoint_error",
-            `agent session ${s.key} (${s.captureKey}): its ${what} is not JSON (${(error as Error).message})`,
-            { cause: error },
-          );
-        }
-      }
       return Object.freeze({
         episode_id: episodeIdToWire(s.episode) as AgentSessionRecord["episode_id"],
         session_key: s.key,
