@@ -90,13 +90,22 @@ const isArray = Array.isArray;
 class Refusal {
   /** Path segments, innermost first. */
   readonly trail: (string | number)[] = [];
-  constructor(readonly what: string) {}
+  constructor(
+    readonly what: string,
+    /** Whether the walk went deeper than {@link MAX_JSON_DEPTH} (maybe round a cycle). */
+    readonly tooDeep = false,
+  ) {}
 }
 
 /** Per-call state of the validation walk. */
 interface WalkState {
-  /** Containers on the current root-to-node path (circularity check). */
-  readonly ancestors: Set<object>;
+  /**
+   * Containers on the current root-to-node path (circularity check), or null on the first walk:
+   * a cycle then shows as nesting deeper than {@link MAX_JSON_DEPTH}, and only that refusal
+   * walks again with the set to tell a cycle from real depth. Keeping the set costs about half
+   * of a walk of ordinary records.
+   */
+  readonly ancestors: Set<object> | null;
   /** Containers whose subtree needs the extended serializer. */
   readonly extended: Set<object>;
   /**
@@ -171,16 +180,16 @@ function checkBigint(value: bigint): true {
 /** Validates an array or object at nesting level `depth`. */
 function walkContainer(obj: object, depth: number, st: WalkState): boolean {
   if (depth > MAX_JSON_DEPTH) {
-    throw new Refusal(`a value nested deeper than ${MAX_JSON_DEPTH} levels`);
+    throw new Refusal(`a value nested deeper than ${MAX_JSON_DEPTH} levels`, true);
   }
   const ancestors = st.ancestors;
-  if (ancestors.has(obj)) throw new Refusal("a circular reference");
+  if (ancestors?.has(obj) === true) throw new Refusal("a circular reference");
   let extended = false;
   let i = 0;
   if (isArray(obj)) {
     // Subclasses are class instances; only real arrays are canonical.
     if (getProto(obj) !== arrayProto) throw new Refusal(describe(obj));
-    ancestors.add(obj);
+    ancestors?.add(obj);
     const arr = obj as unknown[];
     st.chars += arr.length * MEMBER_CHARS;
     try {
@@ -196,7 +205,7 @@ function walkContainer(obj: object, depth: number, st: WalkState): boolean {
   } else {
     const proto: unknown = getProto(obj);
     if (proto !== objectProto && proto !== null) throw new Refusal(describe(obj));
-    ancestors.add(obj);
+    ancestors?.add(obj);
     // Values only: keys are needed just to name the path on refusal (same order as Object.keys).
     const values = Object.values(obj);
     st.chars += values.length * MEMBER_CHARS;
@@ -209,7 +218,7 @@ function walkContainer(obj: object, depth: number, st: WalkState): boolean {
       throw e;
     }
   }
-  ancestors.delete(obj);
+  ancestors?.delete(obj);
   if (extended) st.extended.add(obj);
   return extended;
 }
@@ -273,13 +282,24 @@ function validate(value: unknown): Set<object> | null {
 
 /** {@link validate}, with the walk's rough size of the text ({@link WalkState.chars}). */
 function validateSized(value: unknown): { extended: Set<object> | null; chars: number } {
-  const st: WalkState = { ancestors: new Set(), extended: new Set(), chars: 0 };
+  const st: WalkState = { ancestors: null, extended: new Set(), chars: 0 };
   let extended: boolean;
   try {
     extended = walkValue(value, 0, st);
   } catch (e) {
-    if (e instanceof Refusal) throw toNotJsonError(e);
-    throw e;
+    if (!(e instanceof Refusal)) throw e;
+    if (e.tooDeep) {
+      // Too deep, or round a cycle: the walk with ancestors names which, and where. Everything
+      // before the refusal passed, so it finds the same first problem, or this one (a getter
+      // answering differently the second time leaves the first verdict standing).
+      try {
+        walkValue(value, 0, { ancestors: new Set(), extended: new Set(), chars: 0 });
+      } catch (again) {
+        if (again instanceof Refusal) throw toNotJsonError(again);
+        throw again;
+      }
+    }
+    throw toNotJsonError(e);
   }
   return { extended: extended ? st.extended : null, chars: st.chars };
 }

@@ -919,3 +919,96 @@ describe("encodeJsonPieces", () => {
     expect(out).toEqual([]);
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// Cycles found by the depth limit
+// ---------------------------------------------------------------------------------------------
+
+/** The first refusal of a plain DFS that keeps its ancestors: the reference for where and what. */
+function firstRefusal(
+  value: unknown,
+  path: string,
+  ancestors: Set<object>,
+  depth: number,
+): { path: string; what: RegExp } | null {
+  if (value === null || typeof value !== "object") return null;
+  if (value instanceof Date) return { path, what: /a Date is not JSON/ };
+  if (depth > MAX_JSON_DEPTH) return { path, what: /nested deeper than 1000 levels/ };
+  if (ancestors.has(value)) return { path, what: /a circular reference is not JSON/ };
+  ancestors.add(value);
+  const entries: [string, unknown][] = Array.isArray(value)
+    ? value.map((item, i) => [`[${i}]`, item])
+    : Object.keys(value).map((key) => [
+        /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`,
+        (value as Record<string, unknown>)[key],
+      ]);
+  for (const [segment, child] of entries) {
+    const found = firstRefusal(child, path + segment, ancestors, depth + 1);
+    if (found !== null) return found;
+  }
+  ancestors.delete(value);
+  return null;
+}
+
+/** Every container of a tree with its ancestors (itself included), in DFS order. */
+function containersOf(value: unknown, above: object[] = []): { node: object; up: object[] }[] {
+  if (value === null || typeof value !== "object") return [];
+  const up = [...above, value];
+  const children = Array.isArray(value) ? value : Object.values(value);
+  return [{ node: value, up }, ...children.flatMap((child) => containersOf(child, up))];
+}
+
+describe("cycles and depth, told apart after the walk without ancestors", () => {
+  it("names the same place and problem as a walk that keeps its ancestors (property)", () => {
+    fc.assert(
+      fc.property(
+        jsonValueArb.filter((v) => v !== null && typeof v === "object"),
+        fc.nat(),
+        fc.nat(),
+        fc.nat(),
+        fc.boolean(),
+        fc.boolean(),
+        (tree, at, back, dateAt, withCycle, withDate) => {
+          const containers = containersOf(tree);
+          const add = (node: object, child: unknown): void => {
+            if (Array.isArray(node)) node.push(child);
+            else (node as Record<string, unknown>).zz_added = child;
+          };
+          if (withDate)
+            add((containers[dateAt % containers.length] as { node: object }).node, new Date(0));
+          if (withCycle) {
+            const { node, up } = containers[at % containers.length] as {
+              node: object;
+              up: object[];
+            };
+            add(node, up[back % up.length]);
+          }
+          const expected = firstRefusal(tree, "$", new Set(), 1);
+          if (expected === null) {
+            expect(() => assertJsonValue(tree)).not.toThrow();
+            return;
+          }
+          const error = catchError(() => assertJsonValue(tree));
+          expect(error).toBeInstanceOf(NotJsonError);
+          expect((error as NotJsonError).path).toBe(expected.path);
+          expect((error as NotJsonError).message).toMatch(expected.what);
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
+  it("a cycle deep inside a long chain is still a cycle, and a chain past the limit is depth", () => {
+    const chain: Record<string, unknown> = {};
+    let tip = chain;
+    for (let i = 0; i < 900; i++) tip = (tip.next = {}) as Record<string, unknown>;
+    tip.back = chain;
+    const cyclic = catchError(() => assertJsonValue(chain)) as NotJsonError;
+    expect(cyclic.message).toMatch(/circular reference/);
+    expect(cyclic.path).toBe(`$${".next".repeat(900)}.back`);
+    delete tip.back;
+    for (let i = 0; i < 200; i++) tip = (tip.next = {}) as Record<string, unknown>;
+    const deep = catchError(() => assertJsonValue(chain)) as NotJsonError;
+    expect(deep.message).toMatch(/nested deeper than 1000 levels/);
+  });
+});
