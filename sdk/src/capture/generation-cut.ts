@@ -259,18 +259,8 @@ export function parseGenerationCutReceipt(value: unknown): GenerationCutReceiptR
   return { ...envelope, prefixes };
 }
 
-const ACK_KEYS = new Set([
-  ...Object.keys(identityShape),
-  "disposition",
-  "cut_kind",
-  "frozen_buffer_id",
-  "staging_keys",
-  "prefix_token_count",
-  "prefix_digest",
-  "effective_output_limit",
-  "terminal_finish_reason",
-  "terminal_stop_reason",
-]);
+/** The fields an ack may carry: the schema's own, so the fast check cannot drift from it. */
+const ACK_KEYS = new Set(Object.keys(GenerationCutPrefixAckSchema.shape));
 
 const HEX_DIGEST = /^[0-9a-f]{64}$/;
 
