@@ -63,6 +63,16 @@ export const ERROR_CATALOGUE = {
     summary:
       "Checkpoint directory, manifest or records missing, corrupt, unreadable, unwritable or foreign.",
   },
+  upstream_unreachable: {
+    status: 502,
+    summary:
+      "Another server of the deployment that this request needed could not be reached or did not answer in time.",
+  },
+  upstream_error: {
+    status: 502,
+    summary:
+      "Another server of the deployment refused a call this request needed; the detail names it and its answer.",
+  },
   internal_error: { status: 500, summary: "A bug: the server failed in a way it did not expect." },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -3,6 +3,7 @@ import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { Participant } from "../../sdk/src/control/participant.js";
+import { ServerReplyError, ServerUnreachableError } from "../../sdk/src/client/errors.js";
 import { ConfigError } from "../../sdk/src/errors.js";
 import type { EpisodeId } from "../../sdk/src/identity/episode-id.js";
 import { dataRoute, type DataRoute } from "../../sdk/src/server/data-route.js";
@@ -55,6 +56,22 @@ class EchoServer extends Server {
         summary: "Fails unexpectedly",
         handler: () => {
           throw new Error("secret internal detail");
+        },
+      }),
+      dataRoute({
+        method: "get",
+        path: "/upstream-down",
+        summary: "Fails calling a server that cannot be reached",
+        handler: () => {
+          throw new ServerUnreachableError("policy", "POST", "/v1/responses", "connect");
+        },
+      }),
+      dataRoute({
+        method: "get",
+        path: "/upstream-refused",
+        summary: "Fails calling a server that refused",
+        handler: () => {
+          throw new ServerReplyError("counter", "POST", "/verify", 409, "stale_attempt", "retired");
         },
       }),
       dataRoute({
@@ -276,6 +293,21 @@ describe("data routes", () => {
     expect(res.status).toBe(500);
     expect(res.body.error.code).toBe("internal_error");
     expect(JSON.stringify(res.body)).not.toContain("secret");
+  });
+
+  it("answer a failed call to another server with 502 naming that server, not a 500", async () => {
+    const down = await request(server().app()).get("/upstream-down");
+    expect(down.status).toBe(502);
+    expect(down.body.error).toEqual({
+      code: "upstream_unreachable",
+      detail: "policy: POST /v1/responses failed: cannot connect (is the server running?)",
+    });
+    const refused = await request(server().app()).get("/upstream-refused");
+    expect(refused.status).toBe(502);
+    expect(refused.body.error).toEqual({
+      code: "upstream_error",
+      detail: "counter: POST /verify → HTTP 409 stale_attempt: retired",
+    });
   });
 });
 

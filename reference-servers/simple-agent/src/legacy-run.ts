@@ -13,7 +13,7 @@ import type {
   ReplyHeaders,
   StepMode,
 } from "gym-participant-sdk";
-import { CLOSE_FOLLOWS_HEADER, isRestartReply, verifyModeOf } from "gym-participant-sdk";
+import { CLOSE_FOLLOWS_HEADER, GymError, isRestartReply, verifyModeOf } from "gym-participant-sdk";
 import type { Item } from "./trajectory.js";
 
 /** An HTTP reply of a call the run makes. */
@@ -182,10 +182,35 @@ function parseBoundary(value: JsonValue): z.infer<typeof RunBoundarySchema> {
   return parsed.data;
 }
 
+/**
+ * Refuses a non-2xx reply as the other server's failure: 502 `upstream_error` naming it, or,
+ * when that server itself reports a failure further upstream (`upstream_*`, as the
+ * self-dispatched turn loop does when the model is down), that failure as it was reported.
+ */
 function requireOk(reply: RunCallReply, what: string): void {
-  if (reply.status < 200 || reply.status >= 300) {
-    throw new Error(`${what} answered HTTP ${reply.status}: ${reply.body.slice(0, 500)}`);
+  if (reply.status >= 200 && reply.status < 300) return;
+  const further = upstreamFailureOf(reply.body);
+  if (further !== null) throw new GymError(further.code, further.detail);
+  throw new GymError(
+    "upstream_error",
+    `${what} answered HTTP ${reply.status}: ${reply.body.slice(0, 500)}`,
+  );
+}
+
+/** The `upstream_*` error envelope of a reply body, or null. */
+function upstreamFailureOf(
+  body: string,
+): { code: "upstream_unreachable" | "upstream_error"; detail: string } | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return null;
   }
+  const error = (parsed as { error?: { code?: unknown; detail?: unknown } } | null)?.error;
+  const code = error?.code;
+  if (code !== "upstream_unreachable" && code !== "upstream_error") return null;
+  return { code, detail: typeof error?.detail === "string" ? error.detail : String(code) };
 }
 
 function parseObject(text: string, what: string): Item {

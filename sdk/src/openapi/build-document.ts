@@ -497,6 +497,7 @@ const STATUS_TEXT: Record<number, string> = {
   409: "Conflict",
   422: "Unprocessable request",
   500: "Internal error",
+  502: "Bad gateway",
 };
 
 function envelope(error: GymError): ErrorEnvelope {
@@ -551,6 +552,18 @@ const ERROR_EXAMPLES: Record<ErrorCode, ErrorEnvelope> = {
   invalid_checkpoint_state: envelope(
     new CheckpointStateError(
       "manifest.json in /checkpoints/step-120 belongs to checkpoint 'ckpt-0006', not 'ckpt-0007'",
+    ),
+  ),
+  upstream_unreachable: envelope(
+    new GymError(
+      "upstream_unreachable",
+      "policy: POST /v1/responses failed: cannot connect (is the server running?)",
+    ),
+  ),
+  upstream_error: envelope(
+    new GymError(
+      "upstream_error",
+      "counter: POST /ng-rollout/task-3/increment_counter → HTTP 409 stale_attempt: attempt 0 of rollout 'task-3' is retired",
     ),
   ),
   internal_error: envelope(new GymError("internal_error", "internal server error")),

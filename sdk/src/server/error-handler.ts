@@ -1,5 +1,6 @@
 import type { ErrorRequestHandler, RequestHandler } from "express";
 import type { Logger } from "pino";
+import { ServerReplyError, ServerUnreachableError } from "../client/errors.js";
 import { DetailError, GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
 
 /** Body-parser failures carry a `type` and a 4xx `status`. */
@@ -11,8 +12,10 @@ interface BodyParserError {
 
 /**
  * The one place errors become the wire envelope. Typed errors answer with their code and
- * status; malformed or oversized bodies with 422/413 `invalid_request`; anything else is a bug:
- * logged, answered with a generic 500 that leaks nothing.
+ * status; malformed or oversized bodies with 422/413 `invalid_request`; a call to another server
+ * of the deployment that failed (a `ServerClient` error the handler let through) with 502
+ * `upstream_unreachable` or `upstream_error` naming that server; anything else is a bug: logged,
+ * answered with a generic 500 that leaks nothing.
  */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error: unknown, req, res, next) => {
@@ -27,6 +30,12 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     }
     if (error instanceof DetailError) {
       res.status(error.status).json({ detail: error.detail });
+      return;
+    }
+    const upstream = upstreamError(error);
+    if (upstream !== null) {
+      logger.warn({ err: error, path: req.path }, "a call to another server failed");
+      res.status(upstream.status).json(upstream.toEnvelope());
       return;
     }
     const parserError = error as BodyParserError;
@@ -55,6 +64,21 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     };
     res.status(500).json(envelope);
   };
+}
+
+/**
+ * The refusal of a request whose handler called another server of the deployment and failed:
+ * the other server's fault (or its absence), not this one's, so a 502 naming it rather than a
+ * 500. Null for any other error.
+ */
+function upstreamError(error: unknown): GymError | null {
+  if (error instanceof ServerUnreachableError) {
+    return new GymError("upstream_unreachable", error.message, { cause: error });
+  }
+  if (error instanceof ServerReplyError) {
+    return new GymError("upstream_error", error.message, { cause: error });
+  }
+  return null;
 }
 
 /** Answers every unmatched route with 404 and the envelope. */
