@@ -151,8 +151,15 @@ export class GenerationCutter {
   /** The durable ack of a staged plan. */
   #ack(plan: CutPlan, cutId: string): GenerationCutPrefixAck {
     const finished = plan.live.finishReason;
+    const { prefix } = plan;
+    // Spelled out, not spread: a spread followed by ten more fields builds a slow object, and a
+    // round acknowledges thousands.
     return {
-      ...plan.prefix,
+      ticket_id: prefix.ticket_id,
+      rollout_id: prefix.rollout_id,
+      attempt: prefix.attempt,
+      model_call_id: prefix.model_call_id,
+      admitted_at: prefix.admitted_at,
       disposition: "durable_prefix",
       cut_kind: finished === null ? "active_prefix" : "terminal_completion",
       frozen_buffer_id: `${cutId}/${plan.live.call.modelCallId}`,

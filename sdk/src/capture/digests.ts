@@ -98,11 +98,13 @@ const WRITER_FLUSH_BYTES = 64 * 1024;
 /**
  * Incremental SHA-256 over the encodings, counting payload bytes for the observers.
  *
+ * @internal Shared with the conversation fingerprints; not part of the public API.
+ *
  * The encodings arrive as many small fields (a byte, a u64, a short text); they are gathered in
  * a buffer and hashed in one call, since each native `update` costs far more than copying a few
  * bytes. Large inputs stream through a hash object instead of growing the buffer.
  */
-class Sha256Writer {
+export class Sha256Writer {
   #hash: Hash | null = null;
   #buffer = WRITER_POOL.pop() ?? new Uint8Array(WRITER_BUFFER_BYTES);
   #view = new DataView(this.#buffer.buffer);
@@ -142,9 +144,81 @@ class Sha256Writer {
   }
 
   text(value: string, field: string): void {
+    if (typeof value === "string" && value.length < WRITER_FLUSH_BYTES / 2 && this.#ascii(value)) {
+      return;
+    }
     const bytes = utf8Strict(value, field);
     this.u64(bytes.length, `${field} length`);
     this.raw(bytes);
+  }
+
+  /**
+   * `text(value)` of an ASCII string, written straight into the buffer (its UTF-8 bytes are its
+   * char codes, and it holds no surrogate); false, with nothing written, for any other string.
+   * IDs and modes are ASCII: no encoder call and no intermediate bytes per field.
+   */
+  #ascii(value: string): boolean {
+    const n = value.length;
+    this.#reserve(8 + n);
+    const start = this.#length + 8;
+    for (let i = 0; i < n; i++) {
+      const c = value.charCodeAt(i);
+      if (c >= 0x80) return false;
+      this.#buffer[start + i] = c;
+    }
+    writeU64(this.#view, this.#length, n, "text length");
+    this.#length = start + n;
+    this.#payloadBytes += 8 + n;
+    return true;
+  }
+
+  /**
+   * `u64(byte length) ++ token_ids(ids)` (with `lengthPrefix`) or `token_ids(ids)` alone, written
+   * straight into the buffer; a long list goes through {@link encodeTokenIds} and the stream.
+   */
+  tokenIds(ids: readonly number[], field: string, lengthPrefix: boolean): void {
+    if (!Array.isArray(ids) || ids.length >= WRITER_FLUSH_BYTES / 16) {
+      const bytes = encodeTokenIds(ids, field);
+      if (lengthPrefix) this.u64(bytes.length, "column length");
+      this.raw(bytes);
+      return;
+    }
+    const bytes = 8 * (ids.length + 1);
+    if (lengthPrefix) this.u64(bytes, "column length");
+    this.#reserve(bytes);
+    const view = this.#view;
+    let at = this.#length;
+    writeU64(view, at, ids.length, `${field} length`);
+    for (let i = 0; i < ids.length; i++) writeU64(view, (at += 8), ids[i] as number, field);
+    this.#length += bytes;
+    this.#payloadBytes += bytes;
+  }
+
+  /** `u64(byte length) ++ f32s(values)`, written straight into the buffer (see {@link tokenIds}). */
+  float32Column(values: readonly number[], field: string): void {
+    if (!Array.isArray(values) || values.length >= WRITER_FLUSH_BYTES / 8) {
+      const bytes = encodeFloat32s(values, field);
+      this.u64(bytes.length, "column length");
+      this.raw(bytes);
+      return;
+    }
+    const bytes = 8 + 4 * values.length;
+    this.u64(bytes, "column length");
+    this.#reserve(bytes);
+    const view = this.#view;
+    const at = this.#length;
+    writeU64(view, at, values.length, `${field} length`);
+    for (let i = 0; i < values.length; i++) {
+      const value = values[i];
+      if (typeof value !== "number" || !Number.isFinite(value)) {
+        invalid(`${field} values must be finite floats, got ${String(value)}`);
+      }
+      if (!Number.isFinite(Math.fround(value)))
+        invalid(`${field} value overflows float32: ${value}`);
+      view.setFloat32(at + 8 + 4 * i, value);
+    }
+    this.#length += bytes;
+    this.#payloadBytes += bytes;
   }
 
   digestHex(value: string, field: string): void {
@@ -158,8 +232,9 @@ class Sha256Writer {
     this.#payloadBytes += 32;
   }
 
-  finish(kind: DigestKind): string {
-    for (const observer of observers) observer(kind, this.#payloadBytes);
+  /** The hex digest; `kind` null tells no {@link DigestObserver} (not a staging digest). */
+  finish(kind: DigestKind | null): string {
+    if (kind !== null) for (const observer of observers) observer(kind, this.#payloadBytes);
     const pending = this.#buffer.subarray(0, this.#length);
     const hex =
       this.#hash === null ? oneShotSha256(pending) : this.#hash.update(pending).digest("hex");
@@ -274,7 +349,14 @@ export function hashTokenIds(...parts: readonly (readonly number[])[]): string {
   const writer = new Sha256Writer(TOKEN_DOMAIN);
   const count = parts.reduce((sum, part) => sum + part.length, 0);
   writer.u64(count, "token_ids length");
-  for (const part of parts) writer.raw(encodeTokenIds(part, "token_id").subarray(8));
+  for (const part of parts) {
+    if (Array.isArray(part) && part.length < WRITER_FLUSH_BYTES / 16) {
+      // Short parts straight into the buffer: no intermediate bytes per part.
+      for (let i = 0; i < part.length; i++) writer.u64(part[i] as number, "token_id");
+    } else {
+      writer.raw(encodeTokenIds(part, "token_id").subarray(8));
+    }
+  }
   return writer.finish("cumulative");
 }
 
@@ -294,7 +376,7 @@ export function chainHash(
     writer.u8(0x01);
     writer.digestHex(parentChainHash, "parent_chain_hash");
   }
-  writer.raw(encodeTokenIds(tokenIdsDelta, "token_ids_delta"));
+  writer.tokenIds(tokenIdsDelta, "token_ids_delta", false);
   return writer.finish("chain");
 }
 
@@ -495,14 +577,9 @@ export function stagingDigest(input: StagingDigestInput): string {
   writer.u64(input.delta_len, "delta_len");
   writer.u64(input.cum_len, "cum_len");
   writer.u64(input.weight_version, "weight_version");
-  for (const column of [
-    encodeTokenIds(input.token_ids_delta, "token_id"),
-    encodeFloat32s(input.token_mask_delta, "token_mask_delta"),
-    encodeFloat32s(input.generation_log_probs_delta, "generation_log_probs_delta"),
-  ]) {
-    writer.u64(column.length, "column length");
-    writer.raw(column);
-  }
+  writer.tokenIds(input.token_ids_delta, "token_id", true);
+  writer.float32Column(input.token_mask_delta, "token_mask_delta");
+  writer.float32Column(input.generation_log_probs_delta, "generation_log_probs_delta");
   writer.raw(extras);
   // The presence bytes are part of the frozen v2 layout: every staged record carries both hashes.
   writer.u8(0x01);

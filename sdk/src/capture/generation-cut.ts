@@ -329,8 +329,14 @@ function checkedAck(value: unknown): GenerationCutPrefixAck | null {
   }
   if (stop !== null && finish === null) return null;
   if (keys.length > 1 && !allDistinct(keys as string[])) return null;
+  // Spelled out, not spread: an object spread followed by ten more fields leaves V8 a slow
+  // object built field by field, a third of the time of a round's receipt.
   return {
-    ...identity,
+    ticket_id: identity.ticket_id,
+    rollout_id: identity.rollout_id,
+    attempt: identity.attempt,
+    model_call_id: identity.model_call_id,
+    admitted_at: identity.admitted_at,
     disposition,
     cut_kind: cutKind,
     frozen_buffer_id: buffer,

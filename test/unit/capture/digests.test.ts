@@ -243,6 +243,66 @@ describe("stagingDigest", () => {
     expect(stagingDigest(input())).toBe(expected);
   });
 
+  it("matches the byte layout for any IDs (ASCII or not) and any column length", () => {
+    // The writer takes shortcuts for ASCII text and short columns; the layout must not notice.
+    const id = fc.oneof(
+      fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._-]{0,30}$/),
+      fc.string({ unit: "grapheme", minLength: 1, maxLength: 12 }),
+    );
+    const column = fc.integer({ min: 1, max: 9_000 });
+    fc.assert(
+      fc.property(id, id, id, column, fc.boolean(), (rollout, call, parent, n, long) => {
+        const length = long ? n : 1 + (n % 40);
+        const ids = Array.from({ length }, (_, i) => (i * 104_729) % 2 ** 33);
+        const masks = ids.map((_, i) => (i % 3 === 0 ? 0 : 1));
+        const logprobs = masks.map((mask, i) => (mask === 0 ? 0 : -i / 7));
+        const record = input({
+          rollout_id: rollout,
+          model_call_id: call,
+          parent_call_id: parent,
+          prev_len: 4,
+          delta_len: length,
+          cum_len: 4 + length,
+          token_ids_delta: ids,
+          token_mask_delta: masks,
+          generation_log_probs_delta: logprobs,
+        });
+        const expected = new Bytes()
+          .ascii("nemo-gym-staging-call-v2")
+          .u8(2)
+          .u8(2)
+          .u8(1)
+          .text(rollout)
+          .text(call)
+          .u8(1)
+          .text(parent)
+          .text("token_in")
+          .u64(4)
+          .u64(length)
+          .u64(4 + length)
+          .u64(7)
+          .nested(tokenIdBytes(ids))
+          .nested(float32Bytes(masks))
+          .nested(float32Bytes(logprobs))
+          .hex(EMPTY_EXTRAS_DIGEST)
+          .u8(1)
+          .hex(hex("11"))
+          .u8(1)
+          .hex(hex("22"))
+          .sha256();
+        expect(stagingDigest(record)).toBe(expected);
+        const chained = new Bytes()
+          .ascii("nemo-gym-staging-chain-v1")
+          .u8(1)
+          .hex(hex("33"))
+          .raw(tokenIdBytes(ids).buffer())
+          .sha256();
+        expect(chainHash(hex("33"), ids)).toBe(chained);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
   it("writes 0x00 for the parent of a root", () => {
     const root = input({
       rollout_id: "r",
