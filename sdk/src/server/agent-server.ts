@@ -53,6 +53,7 @@ import {
   AgentSeedReplySchema,
   AgentSeedRequestSchema,
   ResponsesCreateRequestSchema,
+  agentSeedRequestFromWire,
   parseActivationIndex,
   type AgentCloseReply,
   type AgentRunRequest,
@@ -63,6 +64,7 @@ import { installRestartTracking } from "./agent/restart-tracking.js";
 import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
 import { rolloutOf, type RolloutContext } from "./rollout-prefix.js";
 import { Server, type ServerOptions } from "./server.js";
+import { withFields } from "../util/with-fields.js";
 
 /** The longest setting in seconds a Node timer takes (about 24.8 days). */
 const MAX_TIMEOUT_S = 2_147_483;
@@ -98,6 +100,23 @@ const BookkeepingSchema = z.looseObject({
   completed_activation: z.number().int().min(0),
   completed_reply: StoredReplySchema.nullable(),
 });
+
+type Bookkeeping = z.infer<typeof BookkeepingSchema>;
+
+/**
+ * The bookkeeping {@link BookkeepingSchema} reads from a stored session, checked by hand (a
+ * restore reads thousands in a fresh process); null when a rule is broken, so the schema names it.
+ */
+function bookkeepingOf(session: unknown): Bookkeeping | null {
+  if (typeof session !== "object" || session === null || Array.isArray(session)) return null;
+  const s = session as Record<string, unknown>;
+  const count = (value: unknown): value is number =>
+    typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
+  if (!count(s.activations) || !count(s.completed_activation)) return null;
+  const reply = s.completed_reply;
+  if (reply === null) return s as Bookkeeping;
+  return StoredReplySchema.safeParse(reply).success ? (s as Bookkeeping) : null;
+}
 
 /** The work of one activation: what the turn loop records and waits on. */
 export interface ActivationContext {
@@ -382,6 +401,8 @@ export abstract class AgentServer<State = unknown> extends Server {
 
   /** Rebuilds a stored seed request for the replacement attempt (validated as a seed is). */
   protected seedRequestFor(request: unknown, episode: EpisodeId): AgentSeedRequest {
+    const fast = agentSeedRequestFromWire(request);
+    if (fast !== null) return { ...fast, episode_id: episodeIdToWire(episode) as EpisodeId };
     const parsed = AgentSeedRequestSchema.safeParse(request);
     if (!parsed.success) {
       throw new CheckpointStateError(
@@ -882,17 +903,18 @@ export abstract class AgentServer<State = unknown> extends Server {
             );
           }
           const entry = this.#sessions.get(key);
-          out[key] = {
-            ...own,
+          out[key] = withFields(own, {
             activations: entry?.activations ?? 0,
             completed_activation: entry?.completedActivation ?? 0,
             completed_reply: (entry?.completedReply ?? null) as JsonValue,
-          };
+          });
         }
         return out;
       },
       restoreAgentSessions: async ({ sessions, signal }) => {
         const books = sessions.map((s) => {
+          const fast = bookkeepingOf(s.session);
+          if (fast !== null) return fast;
           const parsed = BookkeepingSchema.safeParse(s.session);
           if (!parsed.success) {
             throw new CheckpointStateError(

@@ -10,6 +10,7 @@ import {
   MANIFEST_SCHEMA_VERSION,
   RECORDS_FILE_PATTERN,
   type Manifest,
+  parseDecodedRecord,
   type RecordBase,
 } from "../wire/storage.js";
 import { MANIFEST_FILE, participantDir, type ParticipantLocation } from "./paths.js";
@@ -140,6 +141,8 @@ function selectRecord<R extends RecordBase>(line: Buffer, request: ReadRequest<R
   if (episode === null) throw corrupt("checkpoint record has no valid episode_id");
   const key = captureKey(episode);
   if (request.scope !== null && !request.scope.has(key)) return null;
+  const fast = parseDecodedRecord(request.recordSchema, value as Record<string, unknown>, episode);
+  if (fast !== null) return fast;
   const parsed = withDecodedPayloadsTrusted(() => request.recordSchema.safeParse(value));
   if (!parsed.success) {
     const issues = parsed.error.issues

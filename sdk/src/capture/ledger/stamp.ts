@@ -1,3 +1,4 @@
+import { withFields } from "../../util/with-fields.js";
 import type { LedgerRowInput } from "./row-codec.js";
 
 /**
@@ -17,7 +18,7 @@ export function stampRows<R extends LedgerRowInput>(
 ): (R | (R & { capture_key: string }))[] {
   return rows.map((row) =>
     row.staging_key !== undefined && row.staging_key !== null && row.capture_key == null
-      ? { ...row, capture_key: sourceKey }
+      ? (withFields(row, { capture_key: sourceKey }) as R & { capture_key: string })
       : row,
   );
 }

@@ -1,0 +1,124 @@
+/**
+ * `parseDecodedRecord` is a record schema's parse made fast for records `decodeJson` produced:
+ * for any decoded record it answers what the schema answers (same data, same key order), or
+ * null wherever the schema refuses (the reader then asks the schema, which names the problem).
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { episodeIdFromWire } from "../../../sdk/src/identity/episode-id.js";
+import { AgentSessionRecordSchema } from "../../../sdk/src/participants/agent/agent-records.js";
+import { EnvironmentRecordSchema } from "../../../sdk/src/participants/environment/environment-participant.js";
+import { ModelRecordSchema } from "../../../sdk/src/participants/model/policy-participant.js";
+import { ResourcesRecordSchema } from "../../../sdk/src/participants/resources/resources-participant.js";
+import { decodeJson, withDecodedPayloadsTrusted } from "../../../sdk/src/wire/json-value.js";
+import {
+  parseDecodedRecord,
+  recordSchema,
+  type RecordBase,
+} from "../../../sdk/src/wire/storage.js";
+import type { z } from "zod";
+
+const payload = fc.oneof(
+  fc.constant(null),
+  fc.jsonValue({ maxDepth: 3 }),
+  fc.constant({ turns: [{ n: 1 }], cookies: {} }),
+);
+/** A field value: usually of the right type, sometimes of a wrong one, sometimes missing. */
+const fieldValue = (right: fc.Arbitrary<unknown>) =>
+  fc.oneof(
+    { weight: 6, arbitrary: right },
+    { weight: 1, arbitrary: fc.constantFrom<unknown>(7, "x", null, [], {}, true) },
+    { weight: 1, arbitrary: fc.constant(undefined) },
+  );
+const hex = fc.stringMatching(/^[0-9a-f]{64}$/);
+const episode = fc.record({ rollout_id: fc.constantFrom("r", "task-3"), attempt: fc.nat(3) });
+
+const CASES: [string, z.ZodType<RecordBase>, Record<string, fc.Arbitrary<unknown>>][] = [
+  [
+    "agent",
+    AgentSessionRecordSchema,
+    {
+      session_key: fc.constantFrom("agent-session-1", "run:r", ""),
+      session: payload,
+      boundary: payload,
+      episode: payload,
+    },
+  ],
+  ["environment", EnvironmentRecordSchema, { task_digest: hex, boundary: payload }],
+  [
+    "resources",
+    ResourcesRecordSchema,
+    { session_id: fc.string(), state: payload, owner: fc.option(fc.string()) },
+  ],
+  [
+    "model",
+    ModelRecordSchema,
+    { rows: fc.array(fc.constantFrom<unknown>({ a: 1 }, {}, 3)), generation_cuts: fc.constant([]) },
+  ],
+];
+
+/** A stored record as text: the fields, in a shuffled order, sometimes with an extra key. */
+function recordText(fields: Record<string, fc.Arbitrary<unknown>>): fc.Arbitrary<string> {
+  const entries = Object.entries(fields).map(([key, arb]) =>
+    fieldValue(arb).map((value) => [key, value] as const),
+  );
+  return fc
+    .tuple(episode, fc.tuple(...entries), fc.boolean(), fc.boolean())
+    .map(([id, pairs, extra, reversed]) => {
+      const present = pairs.filter(([, value]) => value !== undefined);
+      const ordered = reversed ? [...present].reverse() : present;
+      const record: Record<string, unknown> = { episode_id: id, ...Object.fromEntries(ordered) };
+      if (extra) record.unexpected = 1;
+      return JSON.stringify(record);
+    });
+}
+
+describe("parseDecodedRecord", () => {
+  for (const [name, schema, fields] of CASES) {
+    it(`answers what the ${name} record schema answers, or null where it refuses`, () => {
+      let taken = 0;
+      fc.assert(
+        fc.property(recordText(fields), (text) => {
+          const value = decodeJson(text) as Record<string, unknown>;
+          const id = episodeIdFromWire(value.episode_id);
+          expect(id).not.toBeNull();
+          const fast = parseDecodedRecord(schema, value, id as RecordBase["episode_id"]);
+          const slow = withDecodedPayloadsTrusted(() => schema.safeParse(value));
+          if (!slow.success) {
+            expect(fast).toBeNull();
+            return;
+          }
+          if (fast === null) return; // allowed: the schema decides
+          taken += 1;
+          expect(fast).toEqual(slow.data);
+          expect(Object.keys(fast)).toEqual(Object.keys(slow.data));
+        }),
+        { numRuns: 300 },
+      );
+      expect(taken).toBeGreaterThan(20);
+    });
+  }
+
+  it("takes the valid records of every participant kind without the schema", () => {
+    const agent = decodeJson(
+      JSON.stringify({
+        episode_id: { rollout_id: "r", attempt: 1 },
+        session_key: "agent-session-1",
+        session: { turns: [] },
+        boundary: null,
+        episode: null,
+      }),
+    ) as Record<string, unknown>;
+    const id = episodeIdFromWire(agent.episode_id) as RecordBase["episode_id"];
+    expect(parseDecodedRecord(AgentSessionRecordSchema, agent, id)).toEqual({ ...agent });
+  });
+
+  it("leaves a schema not built by recordSchema to that schema", async () => {
+    const { z } = await import("zod");
+    const plain = z.strictObject({ episode_id: z.unknown() }) as unknown as z.ZodType<RecordBase>;
+    const value = { episode_id: { rollout_id: "r", attempt: 0 } };
+    const id = episodeIdFromWire(value.episode_id) as RecordBase["episode_id"];
+    expect(parseDecodedRecord(plain, value, id)).toBeNull();
+    expect(parseDecodedRecord(recordSchema({}), value, id)).toEqual(value);
+  });
+});
