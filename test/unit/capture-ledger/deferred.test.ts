@@ -218,6 +218,38 @@ describe("an import defers its ledger writes and source deletions", () => {
   });
 });
 
+describe("settleDeferred with a key whose work fails", () => {
+  it("settles every other key, leaves that one waiting, and rejects with its failure", async () => {
+    const ledger = ledgerAt(dir);
+    // A target whose ledger name is one byte too long for the file system (NAME_MAX 255),
+    // while its source's fence still fits: only the deferred write of that target fails.
+    const long = `L${"x".repeat(238)}`;
+    const targets = [
+      ...Array.from({ length: 10 }, (_, i) => `t${i}`),
+      long,
+      ...Array.from({ length: 10 }, (_, i) => `u${i}`),
+    ].map((source) => ({
+      targetKey: `${source}-a1`,
+      sourceKey: source,
+      rows: [custodyRow("c0", source)],
+    }));
+    await ledger.importRecords(targets);
+
+    const failure = await ledger.settleDeferred().then(
+      () => null,
+      (error: unknown) => error as NodeJS.ErrnoException,
+    );
+
+    expect(failure?.code).toBe("ENAMETOOLONG");
+    expect(ledger.deferredKeyCount).toBe(1);
+    const written = (await listDir(dir)).filter((name) => name.endsWith("-a1.lineage.jsonl"));
+    expect(written).toHaveLength(20);
+    // The background settle logs the failure instead and still leaves the key to its next use.
+    await ledger.settleInBackground();
+    expect(ledger.deferredKeyCount).toBe(1);
+  });
+});
+
 describe("DeferredFileWork", () => {
   it("keeps a key's work until it is marked done; work deferred again runs after the earlier", () => {
     const ran: string[] = [];

@@ -432,20 +432,30 @@ export class CaptureLedger {
    * Runs every piece of file work an import deferred (target ledgers to write, source ledgers
    * and started markers to delete), a batch of keys at a time under their locks, fsyncing the
    * directory after each batch. The policy participant starts it when admission reopens; any
-   * operation on a key runs that key's work first anyway. A failure rejects and leaves the work
-   * that failed waiting.
+   * operation on a key runs that key's work first anyway. A key whose work fails is left
+   * waiting and the others still settle; then the call rejects with the first failure.
    */
   async settleDeferred(): Promise<void> {
+    // A key whose work fails is tried once per call, and the keys after it still settle (one
+    // bad file must not leave thousands of ledgers unwritten); work deferred meanwhile joins in.
+    const failed = new Set<string>();
+    let firstFailure: unknown = null;
     for (;;) {
-      const keys = this.#deferred.keys().slice(0, SETTLE_BATCH_KEYS);
-      if (keys.length === 0) return;
+      const keys = this.#deferred
+        .keys()
+        .filter((key) => !failed.has(key))
+        .slice(0, SETTLE_BATCH_KEYS);
+      if (keys.length === 0) break;
       await this.#locks.run(keys, async () => {
-        await this.#settle(keys);
+        const outcome = await this.#settleEach(keys);
         // The writes and deletions are durable: appends to these ledgers need no fsync of it.
         await fsyncDir(this.#dir);
         this.#deferred.synced(keys);
+        for (const key of outcome.failed) failed.add(key);
+        firstFailure ??= outcome.failure;
       });
     }
+    if (firstFailure !== null) throw firstFailure;
   }
 
   /**
@@ -481,13 +491,31 @@ export class CaptureLedger {
    * work that did not finish waiting.
    */
   async #settle(keys: readonly string[]): Promise<void> {
-    if (this.#deferred.size === 0) return;
+    const { failure } = await this.#settleEach(keys);
+    if (failure !== null) throw failure;
+  }
+
+  /**
+   * Runs the deferred work of each of `keys` (their locks held), each on its own: a key whose
+   * work throws stays waiting and the others are done. Returns the keys that failed and the
+   * first failure (null when none did).
+   */
+  async #settleEach(keys: readonly string[]): Promise<{ failed: string[]; failure: unknown }> {
+    const failed: string[] = [];
+    let failure: unknown = null;
+    if (this.#deferred.size === 0) return { failed, failure };
     const settling: string[] = [];
     for (const key of keys) if (this.#deferred.get(key) !== undefined) settling.push(key);
-    if (settling.length === 0) return;
-    const works = settling.map((key) => this.#deferred.get(key) as FileWork);
-    await inSlices(works, (work) => work.run());
-    for (const key of settling) this.#deferred.done(key);
+    await inSlices(settling, (key) => {
+      try {
+        (this.#deferred.get(key) as FileWork).run();
+        this.#deferred.done(key);
+      } catch (error) {
+        failed.push(key);
+        failure ??= error;
+      }
+    });
+    return { failed, failure };
   }
 
   async #append(
