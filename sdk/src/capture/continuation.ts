@@ -150,3 +150,77 @@ export function generationCutRecordFromAck(
   const { schema_version: _version, ...continuation } = record.continuation;
   return parseWire(GenerationCutRecordSchema, { ...record, continuation }, "generation-cut record");
 }
+
+const RECORD_KEYS = new Set(["model_call_id", "request_digest", "continuation"]);
+const CONTINUATION_KEYS = new Set([
+  "schema_version",
+  "source_capture_key",
+  "source_model_call_id",
+  "staging_keys",
+  "prefix_token_count",
+  "prefix_digest",
+  "effective_output_limit",
+  "terminal_finish_reason",
+  "terminal_stop_reason",
+]);
+const HEX_DIGEST = /^[0-9a-f]{64}$/;
+
+function plainRecord(value: unknown): Record<string, unknown> | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+  return value as Record<string, unknown>;
+}
+
+function hasOnly(value: Record<string, unknown>, keys: ReadonlySet<string>): boolean {
+  for (const key of Object.keys(value)) if (!keys.has(key)) return false;
+  return true;
+}
+
+const isId = (value: unknown): value is string => typeof value === "string" && value.length > 0;
+const isInt = (value: unknown, min: number): value is number =>
+  typeof value === "number" && Number.isSafeInteger(value) && value >= min;
+
+/**
+ * The {@link GenerationCutRecord} {@link GenerationCutRecordSchema} would parse `value` into,
+ * checked by hand (a property test holds the two equal); null when `value` breaks a rule, so the
+ * schema decides and names it. A restore reads one per continued episode, in a fresh process
+ * where zod's nested objects and refinements run cold.
+ */
+export function generationCutRecordFromWire(value: unknown): GenerationCutRecord | null {
+  const record = plainRecord(value);
+  if (record === null || !hasOnly(record, RECORD_KEYS)) return null;
+  const { model_call_id: callId, request_digest: requestDigest } = record;
+  if (typeof callId !== "string" || typeof requestDigest !== "string") return null;
+  const c = plainRecord(record.continuation);
+  if (c === null || !hasOnly(c, CONTINUATION_KEYS)) return null;
+  const version = c.schema_version === undefined ? STAGING_SCHEMA_VERSION : c.schema_version;
+  if (version !== STAGING_SCHEMA_VERSION) return null;
+  if (!isId(c.source_capture_key) || !isId(c.source_model_call_id)) return null;
+  const keys = c.staging_keys;
+  if (!Array.isArray(keys) || keys.length === 0 || !keys.every(isId) || !allDistinct(keys)) {
+    return null;
+  }
+  if (!isInt(c.prefix_token_count, 0) || !isInt(c.effective_output_limit, 1)) return null;
+  if (typeof c.prefix_digest !== "string" || !HEX_DIGEST.test(c.prefix_digest)) return null;
+  const finish = c.terminal_finish_reason === undefined ? null : c.terminal_finish_reason;
+  if (finish !== null && finish !== "stop" && finish !== "length") return null;
+  const stop = c.terminal_stop_reason === undefined ? null : c.terminal_stop_reason;
+  if (stop !== null && typeof stop !== "string" && !isInt(stop, Number.MIN_SAFE_INTEGER)) {
+    return null;
+  }
+  if (stop !== null && finish === null) return null;
+  return {
+    model_call_id: callId,
+    request_digest: requestDigest,
+    continuation: {
+      schema_version: STAGING_SCHEMA_VERSION,
+      source_capture_key: c.source_capture_key,
+      source_model_call_id: c.source_model_call_id,
+      staging_keys: [...(keys as string[])],
+      prefix_token_count: c.prefix_token_count,
+      prefix_digest: c.prefix_digest,
+      effective_output_limit: c.effective_output_limit,
+      terminal_finish_reason: finish,
+      terminal_stop_reason: stop as string | number | null,
+    },
+  };
+}

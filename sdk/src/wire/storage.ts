@@ -77,6 +77,28 @@ export function recordSchema<Shape extends z.ZodRawShape>(shape: Shape) {
 /** How a record field is checked on the fast path: a payload passes, else its own schema. */
 type FieldParser = { readonly key: string; readonly payload: boolean; readonly schema: z.ZodType };
 
+/**
+ * A field's hand check: what its schema would parse the value into, or {@link NO_FAST_PATH}
+ * when it breaks a rule (or the check leaves it to the schema).
+ */
+export type FastFieldParse = (value: unknown) => unknown;
+
+/** What a {@link FastFieldParse} answers when the schema must decide. */
+export const NO_FAST_PATH: unique symbol = Symbol("no fast path");
+
+const FAST_FIELDS = new WeakMap<z.ZodType, FastFieldParse>();
+
+/**
+ * Gives a record field's schema a hand check that {@link parseDecodedRecord} tries first (a
+ * property test must hold the two equal); returns the schema.
+ *
+ * @internal
+ */
+export function withFastParse<S extends z.ZodType>(schema: S, fast: FastFieldParse): S {
+  FAST_FIELDS.set(schema, fast);
+  return schema;
+}
+
 /** The field parsers of every schema {@link recordSchema} built. */
 const FIELD_PARSERS = new WeakMap<z.ZodType, readonly FieldParser[]>();
 
@@ -124,9 +146,17 @@ export function parseDecodedRecord<R extends RecordBase>(
       out[field.key] = raw;
       continue;
     }
-    const parsed = field.schema.safeParse(raw);
-    if (!parsed.success) return null;
-    if (parsed.data !== undefined || present) out[field.key] = parsed.data;
+    const fast = FAST_FIELDS.get(field.schema);
+    let data: unknown;
+    if (fast === undefined) {
+      const parsed = field.schema.safeParse(raw);
+      if (!parsed.success) return null;
+      data = parsed.data;
+    } else {
+      data = fast(raw);
+      if (data === NO_FAST_PATH) return null;
+    }
+    if (data !== undefined || present) out[field.key] = data;
   }
   // An unknown key: the strict schema refuses it (and says so).
   if (Object.keys(value).length !== known) return null;

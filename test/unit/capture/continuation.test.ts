@@ -6,6 +6,7 @@ import {
   GenerationCutContinuationSchema,
   GenerationCutRecordSchema,
   generationCutRecordFromAck,
+  generationCutRecordFromWire,
   remainingOutputLimit,
   type GenerationCutContinuation,
 } from "../../../sdk/src/capture/continuation.js";
@@ -214,5 +215,66 @@ describe("generationCutRecordFromAck", () => {
         }),
       "not_durable_prefix",
     );
+  });
+});
+
+describe("generationCutRecordFromWire", () => {
+  /** Mostly a valid value; sometimes one the field refuses, a wrong type, or missing. */
+  const maybe = (good: fc.Arbitrary<unknown>, bad: fc.Arbitrary<unknown> = fc.constant(-1)) =>
+    fc.oneof(
+      { weight: 60, arbitrary: good },
+      { weight: 1, arbitrary: bad },
+      { weight: 1, arbitrary: fc.constantFrom<unknown>(0, 1.5, "", null, [], {}, "x", true) },
+      { weight: 1, arbitrary: fc.constant(undefined) },
+    );
+  const continuation = fc.record(
+    {
+      schema_version: maybe(fc.constant(2), fc.constant(1)),
+      source_capture_key: maybe(fc.constantFrom("r", "r-a1")),
+      source_model_call_id: maybe(fc.constant("c1")),
+      staging_keys: maybe(
+        fc.constantFrom(["k1"], ["k1", "k2"]),
+        fc.constantFrom([], ["k1", "k1"], [""], [3]),
+      ),
+      prefix_token_count: maybe(fc.nat(9)),
+      prefix_digest: maybe(fc.constant("a".repeat(64)), fc.constantFrom("A".repeat(64), "ab")),
+      effective_output_limit: maybe(fc.integer({ min: 1, max: 9 }), fc.constant(0)),
+      terminal_finish_reason: maybe(fc.constantFrom("stop", "length", null), fc.constant("other")),
+      terminal_stop_reason: maybe(fc.constantFrom(null, null, "</s>", 2, -3), fc.constant(2.5)),
+    },
+    { requiredKeys: [] },
+  );
+  const record = fc.record(
+    {
+      model_call_id: maybe(fc.constantFrom("c1", "")),
+      request_digest: maybe(fc.constant("d".repeat(64))),
+      continuation: maybe(continuation),
+    },
+    { requiredKeys: [] },
+  );
+
+  it("answers what GenerationCutRecordSchema answers, or null where the schema refuses", () => {
+    let taken = 0;
+    fc.assert(
+      fc.property(record, fc.boolean(), (raw, extraKey) => {
+        const value = JSON.parse(JSON.stringify(raw) ?? "null") as Record<string, unknown>;
+        const inner = value?.continuation;
+        if (extraKey && inner !== null && typeof inner === "object" && !Array.isArray(inner)) {
+          (inner as Record<string, unknown>).surprise = 1;
+        }
+        const fast = generationCutRecordFromWire(value);
+        const slow = GenerationCutRecordSchema.safeParse(value);
+        if (!slow.success) {
+          expect(fast).toBeNull();
+          return;
+        }
+        expect(fast).not.toBeNull();
+        taken += 1;
+        expect(JSON.stringify(fast)).toBe(JSON.stringify(slow.data));
+        expect(fast).toEqual(slow.data);
+      }),
+      { numRuns: 2000 },
+    );
+    expect(taken).toBeGreaterThan(10);
   });
 });

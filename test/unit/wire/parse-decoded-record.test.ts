@@ -33,6 +33,23 @@ const fieldValue = (right: fc.Arbitrary<unknown>) =>
 const hex = fc.stringMatching(/^[0-9a-f]{64}$/);
 const episode = fc.record({ rollout_id: fc.constantFrom("r", "task-3"), attempt: fc.nat(3) });
 
+/** A stored generation-cut record, as a policy model writes it. */
+const CUT = {
+  model_call_id: "c1",
+  request_digest: "d".repeat(64),
+  continuation: {
+    schema_version: 2,
+    source_capture_key: "r",
+    source_model_call_id: "c1",
+    staging_keys: ["__generation_cut__/r/c1"],
+    prefix_token_count: 3,
+    prefix_digest: "a".repeat(64),
+    effective_output_limit: 64,
+    terminal_finish_reason: null,
+    terminal_stop_reason: null,
+  },
+};
+
 const CASES: [string, z.ZodType<RecordBase>, Record<string, fc.Arbitrary<unknown>>][] = [
   [
     "agent",
@@ -53,7 +70,10 @@ const CASES: [string, z.ZodType<RecordBase>, Record<string, fc.Arbitrary<unknown
   [
     "model",
     ModelRecordSchema,
-    { rows: fc.array(fc.constantFrom<unknown>({ a: 1 }, {}, 3)), generation_cuts: fc.constant([]) },
+    {
+      rows: fc.array(fc.constantFrom<unknown>({ a: 1 }, {}, { a: 1 }, 3), { maxLength: 3 }),
+      generation_cuts: fc.constantFrom<unknown>([], [CUT], [CUT, CUT], [{ ...CUT, extra: 1 }], [7]),
+    },
   ],
 ];
 

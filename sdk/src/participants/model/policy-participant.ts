@@ -15,10 +15,13 @@ import {
   nextAttempt,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { GenerationCutRecordSchema } from "../../capture/continuation.js";
+import {
+  GenerationCutRecordSchema,
+  generationCutRecordFromWire,
+} from "../../capture/continuation.js";
 import type { CaptureLedger } from "../../capture/ledger/capture-ledger.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
-import { recordSchema } from "../../wire/storage.js";
+import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
 import { PolicyGate, type Ticket } from "./policy-gate.js";
 import { RestoredCuts, type CutRecord } from "./restored-cuts.js";
 
@@ -36,10 +39,26 @@ export const ModelRecordSchema = recordSchema({
    * The episode's ledger rows. Only their shape as objects is checked here (by reference, with no
    * copy of each row's ~25 fields): the ledger's import validates every row it writes.
    */
-  rows: z.array(
-    z.custom<Record<string, unknown>>(isPlainObject, { message: "a ledger row is a JSON object" }),
+  rows: withFastParse(
+    z.array(
+      z.custom<Record<string, unknown>>(isPlainObject, {
+        message: "a ledger row is a JSON object",
+      }),
+    ),
+    (value) =>
+      Array.isArray(value) && value.every(isPlainObject) ? [...(value as unknown[])] : NO_FAST_PATH,
   ),
-  generation_cuts: z.array(GenerationCutRecordSchema).default([]),
+  generation_cuts: withFastParse(z.array(GenerationCutRecordSchema).default([]), (value) => {
+    if (value === undefined) return [];
+    if (!Array.isArray(value)) return NO_FAST_PATH;
+    const cuts = [];
+    for (const item of value) {
+      const cut = generationCutRecordFromWire(item);
+      if (cut === null) return NO_FAST_PATH;
+      cuts.push(cut);
+    }
+    return cuts;
+  }),
 });
 /** One stored episode of a policy model. */
 export type ModelRecord = z.infer<typeof ModelRecordSchema>;
