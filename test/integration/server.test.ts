@@ -76,6 +76,21 @@ class EchoServer extends Server {
       }),
       dataRoute({
         method: "get",
+        path: "/upstream-further",
+        summary: "Fails calling a server whose own call to another one failed",
+        handler: () => {
+          throw new ServerReplyError(
+            "agent",
+            "POST",
+            "/run",
+            502,
+            "upstream_unreachable",
+            "policy: POST /v1/responses failed: cannot connect (is the server running?)",
+          );
+        },
+      }),
+      dataRoute({
+        method: "get",
         path: "/slow",
         summary: "Answers when the test releases it",
         handler: async () => {
@@ -307,6 +322,13 @@ describe("data routes", () => {
     expect(refused.body.error).toEqual({
       code: "upstream_error",
       detail: "counter: POST /verify → HTTP 409 stale_attempt: retired",
+    });
+    // A failure further upstream is passed on as that server reported it.
+    const further = await request(server().app()).get("/upstream-further");
+    expect(further.status).toBe(502);
+    expect(further.body.error).toEqual({
+      code: "upstream_unreachable",
+      detail: "policy: POST /v1/responses failed: cannot connect (is the server running?)",
     });
   });
 });

@@ -104,8 +104,9 @@ const BookkeepingSchema = z.looseObject({
 type Bookkeeping = z.infer<typeof BookkeepingSchema>;
 
 /**
- * The bookkeeping {@link BookkeepingSchema} reads from a stored session, checked by hand (a
- * restore reads thousands in a fresh process); null when a rule is broken, so the schema names it.
+ * The bookkeeping {@link BookkeepingSchema} reads from a stored session without a kept reply,
+ * checked by hand (a restore reads thousands in a fresh process); null otherwise, so the schema
+ * parses it (and names what is wrong).
  */
 function bookkeepingOf(session: unknown): Bookkeeping | null {
   if (typeof session !== "object" || session === null || Array.isArray(session)) return null;
@@ -113,9 +114,8 @@ function bookkeepingOf(session: unknown): Bookkeeping | null {
   const count = (value: unknown): value is number =>
     typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
   if (!count(s.activations) || !count(s.completed_activation)) return null;
-  const reply = s.completed_reply;
-  if (reply === null) return s as Bookkeeping;
-  return StoredReplySchema.safeParse(reply).success ? (s as Bookkeeping) : null;
+  // A kept reply (rare: an activation that completed) is the schema's to copy and judge.
+  return s.completed_reply === null ? (s as Bookkeeping) : null;
 }
 
 /** The work of one activation: what the turn loop records and waits on. */

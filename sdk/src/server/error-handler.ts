@@ -24,7 +24,10 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       return;
     }
     if (error instanceof GymError) {
-      if (error.status >= 500) logger.error({ err: error, path: req.path }, "request failed");
+      // A 502 is another server's failure, logged as such; any other 5xx is this server's.
+      if (error.status === 502)
+        logger.warn({ err: error, path: req.path }, "a call to another server failed");
+      else if (error.status >= 500) logger.error({ err: error, path: req.path }, "request failed");
       res.status(error.status).json(error.toEnvelope());
       return;
     }
@@ -76,6 +79,10 @@ function upstreamError(error: unknown): GymError | null {
     return new GymError("upstream_unreachable", error.message, { cause: error });
   }
   if (error instanceof ServerReplyError) {
+    // A failure further upstream, as that server reported it: the caller learns which one.
+    if (error.code === "upstream_unreachable" || error.code === "upstream_error") {
+      return new GymError(error.code, error.detail, { cause: error });
+    }
     return new GymError("upstream_error", error.message, { cause: error });
   }
   return null;

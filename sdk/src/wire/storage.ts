@@ -149,6 +149,9 @@ export function parseDecodedRecord<R extends RecordBase>(
     const fast = FAST_FIELDS.get(field.schema);
     let data: unknown;
     if (fast === undefined) {
+      // An absent key is zod's to judge: a field's schema alone cannot tell (an object decides
+      // which keys may be missing, and whether a missing one gets its default).
+      if (!present) return null;
       const parsed = field.schema.safeParse(raw);
       if (!parsed.success) return null;
       data = parsed.data;

@@ -16,7 +16,7 @@ import {
   recordSchema,
   type RecordBase,
 } from "../../../sdk/src/wire/storage.js";
-import type { z } from "zod";
+import { z } from "zod";
 
 const payload = fc.oneof(
   fc.constant(null),
@@ -73,6 +73,22 @@ const CASES: [string, z.ZodType<RecordBase>, Record<string, fc.Arbitrary<unknown
     {
       rows: fc.array(fc.constantFrom<unknown>({ a: 1 }, {}, { a: 1 }, 3), { maxLength: 3 }),
       generation_cuts: fc.constantFrom<unknown>([], [CUT], [CUT, CUT], [{ ...CUT, extra: 1 }], [7]),
+    },
+  ],
+  [
+    "author-defined",
+    recordSchema({
+      // Schemas that take undefined: only the object knows a key may not be missing.
+      anything: z.custom<unknown>(() => true),
+      filled: z.unknown().transform((v) => v ?? "default"),
+      maybe: z.string().optional(),
+      counted: z.number().int().default(0),
+    }),
+    {
+      anything: fc.constantFrom<unknown>(1, "a"),
+      filled: fc.constantFrom<unknown>("x", 2),
+      maybe: fc.string(),
+      counted: fc.nat(),
     },
   ],
 ];
@@ -133,8 +149,7 @@ describe("parseDecodedRecord", () => {
     expect(parseDecodedRecord(AgentSessionRecordSchema, agent, id)).toEqual({ ...agent });
   });
 
-  it("leaves a schema not built by recordSchema to that schema", async () => {
-    const { z } = await import("zod");
+  it("leaves a schema not built by recordSchema to that schema", () => {
     const plain = z.strictObject({ episode_id: z.unknown() }) as unknown as z.ZodType<RecordBase>;
     const value = { episode_id: { rollout_id: "r", attempt: 0 } };
     const id = episodeIdFromWire(value.episode_id) as RecordBase["episode_id"];
