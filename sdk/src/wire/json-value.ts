@@ -315,6 +315,21 @@ export function assertJsonValue(value: unknown): asserts value is JsonValue {
   validate(value);
 }
 
+/**
+ * {@link assertJsonValue}, answering whether the value holds a number or bigint that needs an
+ * extended token (NaN, ±Infinity, -0, an unsafe integer, a bigint): false means plain JSON, so a
+ * caller that refuses some of those needs no walk of its own.
+ *
+ * @throws {@link NotJsonError} naming the path of the first offending value.
+ */
+export function jsonValueNeedsExtended(value: unknown): boolean {
+  if (typeof value !== "object" || value === null) {
+    validate(value);
+    return typeof value === "bigint" || (typeof value === "number" && isExtendedNumber(value));
+  }
+  return validate(value) !== null;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encoding
 // ---------------------------------------------------------------------------------------------

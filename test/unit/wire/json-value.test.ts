@@ -9,6 +9,7 @@ import {
   MAX_JSON_DEPTH,
   NotJsonError,
   assertJsonValue,
+  jsonValueNeedsExtended,
   decodeJson,
   encodeJson,
   type JsonValue,
@@ -1010,5 +1011,58 @@ describe("cycles and depth, told apart after the walk without ancestors", () => 
     for (let i = 0; i < 200; i++) tip = (tip.next = {}) as Record<string, unknown>;
     const deep = catchError(() => assertJsonValue(chain)) as NotJsonError;
     expect(deep.message).toMatch(/nested deeper than 1000 levels/);
+  });
+});
+
+describe("jsonValueNeedsExtended", () => {
+  const special = fc.constantFrom<unknown>(
+    NaN,
+    Infinity,
+    -Infinity,
+    -0,
+    2 ** 53,
+    -(2 ** 60),
+    2n ** 60n,
+    -(2n ** 70n),
+  );
+  const tree = fc.letrec((tie) => ({
+    value: fc.oneof(
+      { depthSize: "small", withCrossShrink: true },
+      fc.oneof(
+        fc.constant(null),
+        fc.boolean(),
+        fc.string(),
+        fc.integer(),
+        fc.double({ noNaN: true, noDefaultInfinity: true }),
+      ),
+      { weight: 1, arbitrary: special },
+      fc.array(tie("value"), { maxLength: 4 }),
+      fc.dictionary(fc.string(), tie("value"), { maxKeys: 4 }),
+    ),
+  })).value;
+
+  /** The reference: a number or bigint anywhere that JSON cannot write as it is. */
+  function holdsExtended(value: unknown): boolean {
+    if (typeof value === "bigint") return true;
+    if (typeof value === "number") {
+      const unsafeInteger = Number.isInteger(value) && !Number.isSafeInteger(value);
+      return !Number.isFinite(value) || unsafeInteger || Object.is(value, -0);
+    }
+    if (value === null || typeof value !== "object") return false;
+    return Object.values(value).some(holdsExtended);
+  }
+
+  it("tells a tree holding NaN, ±Infinity, -0, an unsafe integer or a bigint from plain JSON", () => {
+    fc.assert(
+      fc.property(tree, (value) => {
+        expect(jsonValueNeedsExtended(value)).toBe(holdsExtended(value));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("refuses what is not JSON, as assertJsonValue does", () => {
+    expect(() => jsonValueNeedsExtended({ a: new Date(0) })).toThrow(NotJsonError);
+    expect(() => jsonValueNeedsExtended(undefined)).toThrow(NotJsonError);
   });
 });

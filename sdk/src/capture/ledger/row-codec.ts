@@ -3,7 +3,7 @@
  * every level, compact separators (`,` and `:`), newline-terminated. Only standard JSON: the
  * reference reads lines with a plain JSON parser.
  */
-import { NotJsonError, assertJsonValue, type JsonValue } from "../../wire/json-value.js";
+import { NotJsonError, jsonValueNeedsExtended, type JsonValue } from "../../wire/json-value.js";
 import { CorruptLedgerError, InvalidLedgerRowError } from "./errors.js";
 
 /**
@@ -24,8 +24,9 @@ export type LedgerRowInput = { readonly model_call_id: string } & {
 
 /** Refuses what standard JSON cannot hold: what {@link writeSorted} would refuse. */
 function assertStandardJson(value: unknown): void {
-  assertJsonValue(value);
-  assertFinite(value as JsonValue);
+  // One walk for the common row: a tree with no extended number holds no NaN, ±Infinity or
+  // bigint either, so only the others are walked again to find what to refuse.
+  if (jsonValueNeedsExtended(value)) assertFinite(value as JsonValue);
 }
 
 function assertFinite(value: JsonValue): void {
