@@ -48,6 +48,13 @@ describe.sequential("serve, checkpoint, crash, restore", { timeout: 90_000 }, ()
       expect(existsSync(path.join(dir, ".gym", "logs", `${server.name}.log`))).toBe(true);
     }
     expect(existsSync(path.join(dir, ".gym", "deployment.resolved.json"))).toBe(true);
+    // node_args go to that server's Node.js process, before its script, and to no other.
+    const cmdline = (name: string) => {
+      const pid = servers.find((server) => server.name === name)?.pid;
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    };
+    expect(cmdline("echo")[1]).toBe("--max-old-space-size=256");
+    expect(cmdline("counter")).not.toContain("--max-old-space-size=256");
   });
 
   it("gym ckpt status --json finds the run next to --deployment", async () => {

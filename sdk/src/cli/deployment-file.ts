@@ -72,6 +72,8 @@ export interface LoadedServer {
   /** 0: the launcher picks a free port. */
   readonly port: number;
   readonly num_workers: number;
+  /** Extra Node.js flags of the server's process. */
+  readonly node_args: readonly string[];
   readonly config: Record<string, unknown>;
   /** The line of the server's name in the file. */
   readonly line: number;
@@ -667,6 +669,7 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
       host: server.host,
       port: server.port,
       num_workers: server.num_workers,
+      node_args: server.node_args,
       config: server.config,
       line: at(["servers", name]),
     };

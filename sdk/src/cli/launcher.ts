@@ -164,6 +164,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
         entrypoint: server.entrypoint,
         url: resolved.url,
         cwd: loaded.dir,
+        node_args: server.node_args,
       };
     }),
     keep,

@@ -42,6 +42,8 @@ export interface PlannedServer {
   readonly url: string;
   /** The working directory of the server process (the deployment file's directory). */
   readonly cwd: string;
+  /** Extra Node.js flags of the server's process (the deployment's `node_args`). */
+  readonly node_args?: readonly string[];
 }
 
 /** What the supervisor starts: everything decided before any process exists. */
@@ -138,7 +140,8 @@ function startChild(plan: ServePlan, server: PlannedServer): Child {
       ],
       { typescript: isTypeScript(server.entrypoint), fromDir: server.cwd },
     );
-    child = spawn(command, args, {
+    // Node's own flags go before everything (the loader and the script).
+    child = spawn(command, [...(server.node_args ?? []), ...args], {
       cwd: server.cwd,
       detached: true,
       stdio: ["ignore", fd, fd],

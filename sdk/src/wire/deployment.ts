@@ -29,6 +29,20 @@ export const DeploymentServerSchema = z
       .default("127.0.0.1"),
     port: z.number().int().min(0).max(65_535).default(0),
     num_workers: z.number().int().min(1).default(1),
+    /**
+     * Extra flags for the Node.js process of this server, before its script: heap and
+     * garbage-collector sizes, `--enable-source-maps`, and the like.
+     */
+    node_args: z
+      .array(
+        z
+          .string()
+          .regex(
+            /^--?[A-Za-z]/,
+            "a node_args entry is a Node.js flag, e.g. --max-old-space-size=8192",
+          ),
+      )
+      .default([]),
     config: z.record(z.string(), z.unknown()).default({}),
   })
   .meta({ id: "DeploymentServer" });

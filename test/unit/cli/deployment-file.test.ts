@@ -62,6 +62,8 @@ describe("loading the fixture deployments", () => {
       line: 7,
     });
     expect(loaded.servers.echo?.line).toBe(13);
+    expect(loaded.servers.echo?.node_args).toEqual(["--max-old-space-size=256"]);
+    expect(loaded.servers.counter?.node_args).toEqual([]);
   });
 
   it("loads JSON deployment files too", () => {
@@ -192,6 +194,16 @@ describe("problems and their lines", () => {
       message: expect.stringMatching(
         /unknown key 'sever' at the top level.*allowed: checkpoint, servers/,
       ),
+    });
+  });
+
+  it("refuses a node_args entry that is not a flag, naming the line", () => {
+    const file = deploymentFile(
+      "servers:\n  a:\n    kind: agent\n    entrypoint: ./srv.ts\n    node_args: [--inspect, other.js]\n",
+    );
+    expect(problemsOf(file)[0]).toMatchObject({
+      line: 5,
+      message: expect.stringMatching(/a node_args entry is a Node.js flag/),
     });
   });
 
