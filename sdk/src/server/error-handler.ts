@@ -25,9 +25,11 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     }
     if (error instanceof GymError) {
       // A 502 is another server's failure, logged as such; any other 5xx is this server's.
-      if (error.status === 502)
+      if (error.status === 502) {
         logger.warn({ err: error, path: req.path }, "a call to another server failed");
-      else if (error.status >= 500) logger.error({ err: error, path: req.path }, "request failed");
+      } else if (error.status >= 500) {
+        logger.error({ err: error, path: req.path }, "request failed");
+      }
       res.status(error.status).json(error.toEnvelope());
       return;
     }
