@@ -409,6 +409,7 @@ export {
   GenerationCutReceiptSchema,
   buildGenerationCutInventory,
   generationCutFailureAck,
+  generationCutInventoryFromWire,
   inventoryDigest,
   validateReceiptFor,
 } from "./capture/generation-cut.js";

@@ -31,6 +31,8 @@ class IdleParticipant extends Participant {
 }
 
 let release: (() => void) | null = null;
+/** How many bodies the /fast route's hand check took. */
+let fastParses = 0;
 
 class EchoServer extends Server {
   protected override createParticipant(): Participant {
@@ -57,6 +59,19 @@ class EchoServer extends Server {
         handler: () => {
           throw new Error("secret internal detail");
         },
+      }),
+      dataRoute({
+        method: "post",
+        path: "/fast",
+        summary: "A route with a hand check of its body",
+        request: z.strictObject({ n: z.number() }),
+        parse: (body) => {
+          const n = (body as { n?: unknown } | null)?.n;
+          if (typeof n !== "number" || Object.keys(body as object).length !== 1) return null;
+          fastParses += 1;
+          return { n };
+        },
+        handler: ({ body }) => ({ doubled: body.n * 2 }),
       }),
       dataRoute({
         method: "get",
@@ -296,6 +311,19 @@ describe("data routes", () => {
       expect(res.body.error.code).toBe("invalid_rollout_id");
     },
   );
+
+  it("take a body through the route's hand check, and leave the rest to its schema", async () => {
+    fastParses = 0;
+    const ok = await request(server().app()).post("/fast").send({ n: 4 });
+    expect(ok.status).toBe(200);
+    expect(ok.body).toEqual({ doubled: 8 });
+    expect(fastParses).toBe(1);
+    const bad = await request(server().app()).post("/fast").send({ n: "4" });
+    expect(bad.status).toBe(422);
+    expect(bad.body.error.code).toBe("invalid_request");
+    expect(bad.body.error.issues[0].path).toEqual(["n"]);
+    expect(fastParses).toBe(1);
+  });
 
   it("answer an invalid body with 422 and its issues", async () => {
     const res = await request(server().app()).post("/echo").send({ message: 5 });

@@ -25,6 +25,7 @@ import { ScriptSchema, TurnScript } from "./script.js";
 import {
   GENERATION_CUT_ROUTE,
   GenerationCutInventorySchema,
+  generationCutInventoryFromWire,
   RolloutTokenCapture,
 } from "./sdk-capture.js";
 import { TokenStore } from "./token-store.js";
@@ -172,6 +173,8 @@ export default class FakeInferenceServer extends Server {
         path: GENERATION_CUT_ROUTE,
         summary: "Stage the generated prefix of each call in flight (generation cut)",
         request: GenerationCutInventorySchema,
+        // A round's inventory lists every call in flight: checked by hand, the schema as fallback.
+        parse: generationCutInventoryFromWire,
         errors: ["unauthorized"],
         tag: "inference",
         handler: ({ body }) => this.#build().cutter.cut(body),

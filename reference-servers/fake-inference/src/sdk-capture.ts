@@ -12,6 +12,7 @@ export {
   GenerationCutPrefixAckSchema,
   GenerationCutReceiptSchema,
   generationCutFailureAck,
+  generationCutInventoryFromWire,
   inventoryDigest,
   validateReceiptFor,
   type GenerationCutInventory,

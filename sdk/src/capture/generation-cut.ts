@@ -144,6 +144,46 @@ function checkedPrefix(value: unknown): GenerationCutPrefix | null {
   return { ticket_id, rollout_id, attempt, model_call_id, admitted_at };
 }
 
+const INVENTORY_FIELDS = new Set([
+  "checkpoint_id",
+  "server_name",
+  "active_prefixes",
+  "inventory_digest",
+]);
+
+/**
+ * The inventory {@link GenerationCutInventorySchema} would parse `value` into, checked by hand
+ * with the schema's rules (a property test holds the two equal); null when `value` breaks one,
+ * so the schema parses it and names the problem. For a worker's cut route: one body holds every
+ * call of the round, which zod would walk cold, prefix by prefix.
+ *
+ * @example
+ * const inventory = generationCutInventoryFromWire(body) ?? GenerationCutInventorySchema.parse(body);
+ */
+export function generationCutInventoryFromWire(value: unknown): GenerationCutInventory | null {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+  const v = value as Record<string, unknown>;
+  for (const key of Object.keys(v)) if (!INVENTORY_FIELDS.has(key)) return null;
+  const { checkpoint_id: checkpointId, server_name: serverName, inventory_digest: digest } = v;
+  if (typeof checkpointId !== "string" || checkpointId.length === 0) return null;
+  if (typeof serverName !== "string" || serverName.length === 0) return null;
+  if (typeof digest !== "string" || !HEX_DIGEST.test(digest)) return null;
+  const listed = v.active_prefixes === undefined ? [] : v.active_prefixes;
+  if (!Array.isArray(listed)) return null;
+  const prefixes: GenerationCutPrefix[] = [];
+  for (const item of listed) {
+    const prefix = checkedPrefix(item);
+    if (prefix === null) return null;
+    prefixes.push(prefix);
+  }
+  return {
+    checkpoint_id: checkpointId,
+    server_name: serverName,
+    active_prefixes: prefixes,
+    inventory_digest: digest,
+  };
+}
+
 const InventoryEnvelopeSchema = GenerationCutInventorySchema.pick({
   checkpoint_id: true,
   server_name: true,

@@ -34,6 +34,12 @@ export interface RouteInput<Body> {
  */
 export interface DataRoute<Schema extends z.ZodType | null = z.ZodType | null> extends RouteDoc {
   readonly request?: Schema;
+  /**
+   * A hand check of the body, tried before `request` for a route whose bodies are large: what
+   * the schema would parse the body into, or null to let the schema parse it (and name what is
+   * wrong). It must agree with the schema; hold the two equal with a property test.
+   */
+  readonly parse?: (body: unknown) => (Schema extends z.ZodType ? z.infer<Schema> : never) | null;
   readonly handler: (
     input: RouteInput<Schema extends z.ZodType ? z.infer<Schema> : undefined>,
   ) => unknown;

@@ -273,7 +273,10 @@ export class Server {
     const json = express.json({ limit: DATA_BODY_LIMIT, strict: false });
     const what = `${route.method.toUpperCase()} ${route.path}`;
     app[route.method](route.path, json, async (req: Request, res) => {
-      const body: unknown = schema === null ? undefined : parseBody(schema, req.body, what);
+      const body: unknown =
+        schema === null
+          ? undefined
+          : (route.parse?.(req.body) ?? parseBody(schema, req.body, what));
       const abort = new AbortController();
       const onClose = (): void => {
         if (!res.writableFinished) abort.abort(new Error("the client closed the connection"));

@@ -10,6 +10,7 @@ import {
   GenerationCutReceiptSchema,
   buildGenerationCutInventory,
   generationCutFailureAck,
+  generationCutInventoryFromWire,
   inventoryDigest,
   parseGenerationCutReceipt,
   validateReceiptFor,
@@ -500,5 +501,57 @@ describe("validateReceiptFor", () => {
     const inv = inventory();
     const wire = JSON.parse(JSON.stringify(receipt(inv)));
     expect(GenerationCutReceiptSchema.safeParse({ ...wire, note: 1 }).success).toBe(false);
+  });
+});
+
+describe("generationCutInventoryFromWire", () => {
+  /** Mostly a valid value; sometimes one the field refuses, a wrong type, or missing. */
+  const maybe = (good: fc.Arbitrary<unknown>, bad: fc.Arbitrary<unknown> = fc.constant("")) =>
+    fc.oneof(
+      { weight: 40, arbitrary: good },
+      { weight: 1, arbitrary: bad },
+      { weight: 1, arbitrary: fc.constantFrom<unknown>(0, -1, 1.5, null, [], {}, true) },
+      { weight: 1, arbitrary: fc.constant(undefined) },
+    );
+  const prefix = fc.record(
+    {
+      ticket_id: maybe(fc.constantFrom("t1", "t2")),
+      rollout_id: maybe(fc.constantFrom("r", "task-3"), fc.constantFrom(".r", "a b")),
+      attempt: maybe(fc.nat(3), fc.constant(-1)),
+      model_call_id: maybe(fc.constant("c1")),
+      admitted_at: maybe(fc.double({ noNaN: true, noDefaultInfinity: true })),
+    },
+    { requiredKeys: [] },
+  );
+  const inventory = fc.record(
+    {
+      checkpoint_id: maybe(fc.constant("ckpt-1")),
+      server_name: maybe(fc.constant("policy")),
+      active_prefixes: maybe(fc.array(prefix, { maxLength: 4 })),
+      inventory_digest: maybe(fc.constant("ab".repeat(32)), fc.constant("AB".repeat(32))),
+    },
+    { requiredKeys: [] },
+  );
+
+  it("answers what GenerationCutInventorySchema answers, or null where the schema refuses", () => {
+    let taken = 0;
+    fc.assert(
+      fc.property(inventory, fc.boolean(), (raw, extraKey) => {
+        const value = JSON.parse(JSON.stringify(raw) ?? "null") as Record<string, unknown>;
+        if (extraKey) value.surprise = 1;
+        const fast = generationCutInventoryFromWire(value);
+        const slow = GenerationCutInventorySchema.safeParse(value);
+        if (!slow.success) {
+          expect(fast).toBeNull();
+          return;
+        }
+        expect(fast).not.toBeNull();
+        taken += 1;
+        expect(JSON.stringify(fast)).toBe(JSON.stringify(slow.data));
+        expect(fast).toEqual(slow.data);
+      }),
+      { numRuns: 1000 },
+    );
+    expect(taken).toBeGreaterThan(20);
   });
 });
