@@ -6,7 +6,8 @@
  */
 import { z } from "zod";
 import { CaptureError } from "./capture-error.js";
-import { STAGING_SCHEMA_VERSION } from "./digests.js";
+import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../util/plain-record.js";
+import { HEX_DIGEST_PATTERN, STAGING_SCHEMA_VERSION } from "./digests.js";
 import { conversationDigest } from "./fingerprints.js";
 import type { GenerationCutPrefixAck } from "./generation-cut.js";
 import {
@@ -151,29 +152,8 @@ export function generationCutRecordFromAck(
   return parseWire(GenerationCutRecordSchema, { ...record, continuation }, "generation-cut record");
 }
 
-const RECORD_KEYS = new Set(["model_call_id", "request_digest", "continuation"]);
-const CONTINUATION_KEYS = new Set([
-  "schema_version",
-  "source_capture_key",
-  "source_model_call_id",
-  "staging_keys",
-  "prefix_token_count",
-  "prefix_digest",
-  "effective_output_limit",
-  "terminal_finish_reason",
-  "terminal_stop_reason",
-]);
-const HEX_DIGEST = /^[0-9a-f]{64}$/;
-
-function plainRecord(value: unknown): Record<string, unknown> | null {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
-  return value as Record<string, unknown>;
-}
-
-function hasOnly(value: Record<string, unknown>, keys: ReadonlySet<string>): boolean {
-  for (const key of Object.keys(value)) if (!keys.has(key)) return false;
-  return true;
-}
+const RECORD_KEYS = shapeKeys(GenerationCutRecordSchema);
+const CONTINUATION_KEYS = shapeKeys(GenerationCutContinuationSchema);
 
 const isId = (value: unknown): value is string => typeof value === "string" && value.length > 0;
 const isInt = (value: unknown, min: number): value is number =>
@@ -186,12 +166,12 @@ const isInt = (value: unknown, min: number): value is number =>
  * where zod's nested objects and refinements run cold.
  */
 export function generationCutRecordFromWire(value: unknown): GenerationCutRecord | null {
-  const record = plainRecord(value);
-  if (record === null || !hasOnly(record, RECORD_KEYS)) return null;
+  if (!isPlainRecord(value) || !hasOnlyKeys(value, RECORD_KEYS)) return null;
+  const record = value;
   const { model_call_id: callId, request_digest: requestDigest } = record;
   if (typeof callId !== "string" || typeof requestDigest !== "string") return null;
-  const c = plainRecord(record.continuation);
-  if (c === null || !hasOnly(c, CONTINUATION_KEYS)) return null;
+  const c = record.continuation;
+  if (!isPlainRecord(c) || !hasOnlyKeys(c, CONTINUATION_KEYS)) return null;
   const version = c.schema_version === undefined ? STAGING_SCHEMA_VERSION : c.schema_version;
   if (version !== STAGING_SCHEMA_VERSION) return null;
   if (!isId(c.source_capture_key) || !isId(c.source_model_call_id)) return null;
@@ -200,7 +180,7 @@ export function generationCutRecordFromWire(value: unknown): GenerationCutRecord
     return null;
   }
   if (!isInt(c.prefix_token_count, 0) || !isInt(c.effective_output_limit, 1)) return null;
-  if (typeof c.prefix_digest !== "string" || !HEX_DIGEST.test(c.prefix_digest)) return null;
+  if (typeof c.prefix_digest !== "string" || !HEX_DIGEST_PATTERN.test(c.prefix_digest)) return null;
   const finish = c.terminal_finish_reason === undefined ? null : c.terminal_finish_reason;
   if (finish !== null && finish !== "stop" && finish !== "length") return null;
   const stop = c.terminal_stop_reason === undefined ? null : c.terminal_stop_reason;

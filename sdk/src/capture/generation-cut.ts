@@ -9,7 +9,9 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { SAFE_ID_PATTERN } from "../identity/episode-id.js";
+import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../util/plain-record.js";
 import { CaptureError } from "./capture-error.js";
+import { HEX_DIGEST_PATTERN } from "./digests.js";
 import { TerminalFinishReasonSchema, TerminalStopReasonSchema } from "./continuation.js";
 import { compareCodePoints, pyFloat, pythonJson } from "./python-json.js";
 import {
@@ -144,13 +146,6 @@ function checkedPrefix(value: unknown): GenerationCutPrefix | null {
   return { ticket_id, rollout_id, attempt, model_call_id, admitted_at };
 }
 
-const INVENTORY_FIELDS = new Set([
-  "checkpoint_id",
-  "server_name",
-  "active_prefixes",
-  "inventory_digest",
-]);
-
 /**
  * The inventory {@link GenerationCutInventorySchema} would parse `value` into, checked by hand
  * with the schema's rules (a property test holds the two equal); null when `value` breaks one,
@@ -161,13 +156,12 @@ const INVENTORY_FIELDS = new Set([
  * const inventory = generationCutInventoryFromWire(body) ?? GenerationCutInventorySchema.parse(body);
  */
 export function generationCutInventoryFromWire(value: unknown): GenerationCutInventory | null {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
-  const v = value as Record<string, unknown>;
-  for (const key of Object.keys(v)) if (!INVENTORY_FIELDS.has(key)) return null;
+  if (!isPlainRecord(value) || !hasOnlyKeys(value, INVENTORY_KEYS)) return null;
+  const v = value;
   const { checkpoint_id: checkpointId, server_name: serverName, inventory_digest: digest } = v;
   if (typeof checkpointId !== "string" || checkpointId.length === 0) return null;
   if (typeof serverName !== "string" || serverName.length === 0) return null;
-  if (typeof digest !== "string" || !HEX_DIGEST.test(digest)) return null;
+  if (typeof digest !== "string" || !HEX_DIGEST_PATTERN.test(digest)) return null;
   const listed = v.active_prefixes === undefined ? [] : v.active_prefixes;
   if (!Array.isArray(listed)) return null;
   const prefixes: GenerationCutPrefix[] = [];
@@ -300,9 +294,7 @@ export function parseGenerationCutReceipt(value: unknown): GenerationCutReceiptR
 }
 
 /** The fields an ack may carry: the schema's own, so the fast check cannot drift from it. */
-const ACK_KEYS = new Set(Object.keys(GenerationCutPrefixAckSchema.shape));
-
-const HEX_DIGEST = /^[0-9a-f]{64}$/;
+const ACK_KEYS = shapeKeys(GenerationCutPrefixAckSchema);
 
 /** `value` if it is a non-negative (or, with `min` 1, positive) safe integer or null; else undefined. */
 function intOrNull(value: unknown, min: number): number | null | undefined {
@@ -343,7 +335,8 @@ function checkedAck(value: unknown): GenerationCutPrefixAck | null {
   const limit = intOrNull(a.effective_output_limit, 1);
   if (count === undefined || limit === undefined) return null;
   const digest = a.prefix_digest ?? null;
-  if (digest !== null && (typeof digest !== "string" || !HEX_DIGEST.test(digest))) return null;
+  if (digest !== null && (typeof digest !== "string" || !HEX_DIGEST_PATTERN.test(digest)))
+    return null;
   const finish = a.terminal_finish_reason ?? null;
   if (finish !== null && finish !== "stop" && finish !== "length") return null;
   const stop = a.terminal_stop_reason ?? null;
@@ -399,21 +392,8 @@ function samePrefix(a: GenerationCutPrefix, b: GenerationCutPrefix): boolean {
   );
 }
 
-const INVENTORY_KEYS = new Set([
-  "checkpoint_id",
-  "server_name",
-  "active_prefixes",
-  "inventory_digest",
-]);
-const PREFIX_KEYS = new Set(["ticket_id", "rollout_id", "attempt", "model_call_id", "admitted_at"]);
-
-function isPlainRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-function hasOnlyKeys(value: Record<string, unknown>, allowed: ReadonlySet<string>): boolean {
-  return Object.keys(value).every((key) => allowed.has(key));
-}
+const INVENTORY_KEYS = shapeKeys(GenerationCutInventorySchema);
+const PREFIX_KEYS = shapeKeys(GenerationCutPrefixSchema);
 
 /** Whether an echoed inventory (parsed or raw wire) equals `b`, with no member of its own. */
 function sameInventory(echo: unknown, b: GenerationCutInventory): boolean {

@@ -37,7 +37,8 @@ export interface DataRoute<Schema extends z.ZodType | null = z.ZodType | null> e
   /**
    * A hand check of the body, tried before `request` for a route whose bodies are large: what
    * the schema would parse the body into, or null to let the schema parse it (and name what is
-   * wrong). It must agree with the schema; hold the two equal with a property test.
+   * wrong). It must agree with the schema (hold the two equal with a property test) and must
+   * not throw: anything it cannot judge is the schema's.
    */
   readonly parse?: (body: unknown) => (Schema extends z.ZodType ? z.infer<Schema> : never) | null;
   readonly handler: (

@@ -21,14 +21,10 @@ import {
 } from "../../capture/continuation.js";
 import type { CaptureLedger } from "../../capture/ledger/capture-ledger.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
+import { isPlainRecord } from "../../util/plain-record.js";
 import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
 import { PolicyGate, type Ticket } from "./policy-gate.js";
 import { RestoredCuts, type CutRecord } from "./restored-cuts.js";
-
-/** Whether a value is a plain object (not null, not an array). */
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** The blocker a streaming untagged call is reported as (it has no capture key). */
 export const UNTAGGED_BLOCKER = "(untagged)";
@@ -41,12 +37,12 @@ export const ModelRecordSchema = recordSchema({
    */
   rows: withFastParse(
     z.array(
-      z.custom<Record<string, unknown>>(isPlainObject, {
+      z.custom<Record<string, unknown>>(isPlainRecord, {
         message: "a ledger row is a JSON object",
       }),
     ),
     (value) =>
-      Array.isArray(value) && value.every(isPlainObject) ? [...(value as unknown[])] : NO_FAST_PATH,
+      Array.isArray(value) && value.every(isPlainRecord) ? [...(value as unknown[])] : NO_FAST_PATH,
   ),
   generation_cuts: withFastParse(z.array(GenerationCutRecordSchema).default([]), (value) => {
     if (value === undefined) return [];

@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { EpisodeIdSchema, episodeIdFromWire } from "../../identity/episode-id.js";
+import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../../util/plain-record.js";
 
 /** The header carrying an activation's 1-based index within its session (spec agent §6). */
 export const ACTIVATION_HEADER = "x-ng-agent-activation";
@@ -139,26 +140,9 @@ export function parseActivationIndex(value: string): number | null {
   return Number.isSafeInteger(n) && n >= 1 ? n : null;
 }
 
-const SEED_KEYS = new Set([
-  "agent_session_id",
-  "episode_id",
-  "task_id",
-  "tool_accesses",
-  "sandbox_access",
-]);
-const DIRECT_HTTP_KEYS = new Set(["kind", "name", "required", "base_url", "cookies", "headers"]);
-
-function isPlainRecord(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
-  const proto: unknown = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
-
-function onlyKeys(value: Record<string, unknown>, allowed: ReadonlySet<string>): boolean {
-  for (const key of Object.keys(value)) if (!allowed.has(key)) return false;
-  return true;
-}
-
+const SEED_KEYS = shapeKeys(AgentSeedRequestSchema);
+const DIRECT_HTTP_KEYS = shapeKeys(DirectHttpToolAccessSchema);
+const TASK_KEYS = shapeKeys(AgentSeedRequestSchema.shape.task_id);
 /**
  * Whether `value` holds an own `__proto__` key (JSON may): zod's records drop it, so such a
  * value is left to the schema, which alone decides what it becomes.
@@ -176,7 +160,11 @@ function stringRecord(value: unknown): Record<string, string> | undefined {
 
 /** A direct HTTP grant as its schema parses it, or null (an MCP grant included). */
 function directHttpAccess(value: unknown): DirectHttpToolAccess | null {
-  if (!isPlainRecord(value) || value.kind !== "direct_http" || !onlyKeys(value, DIRECT_HTTP_KEYS)) {
+  if (
+    !isPlainRecord(value) ||
+    value.kind !== "direct_http" ||
+    !hasOnlyKeys(value, DIRECT_HTTP_KEYS)
+  ) {
     return null;
   }
   const { name, base_url: baseUrl } = value;
@@ -199,13 +187,13 @@ function directHttpAccess(value: unknown): DirectHttpToolAccess | null {
  * each one's union of grants cold (~95 ms per 8,000).
  */
 export function agentSeedRequestFromWire(value: unknown): AgentSeedRequest | null {
-  if (!isPlainRecord(value) || !onlyKeys(value, SEED_KEYS)) return null;
+  if (!isPlainRecord(value) || !hasOnlyKeys(value, SEED_KEYS)) return null;
   const sessionId = value.agent_session_id;
   if (typeof sessionId !== "string" || sessionId.length === 0) return null;
   const episode = episodeIdFromWire(value.episode_id);
   if (episode === null) return null;
   const task = value.task_id;
-  if (!isPlainRecord(task) || !onlyKeys(task, TASK_KEYS)) return null;
+  if (!isPlainRecord(task) || !hasOnlyKeys(task, TASK_KEYS)) return null;
   if (typeof task.taskset !== "string" || typeof task.task_id !== "string") return null;
   const grants = value.tool_accesses === undefined ? [] : value.tool_accesses;
   if (!Array.isArray(grants)) return null;
@@ -227,5 +215,3 @@ export function agentSeedRequestFromWire(value: unknown): AgentSeedRequest | nul
     sandbox_access: sandbox === null ? null : { ...sandbox },
   };
 }
-
-const TASK_KEYS = new Set(["taskset", "task_id"]);
