@@ -277,6 +277,30 @@ describe("control routes", () => {
     );
   });
 
+  it.each([
+    ["upper-case", "get", "/NG-CONTROL/v1/checkpoint/STATUS"],
+    ["trailing slash", "get", "/ng-control/v1/checkpoint/status/"],
+    ["trailing slash", "post", "/ng-control/v1/checkpoint/prepare/"],
+    ["another method", "get", "/ng-control/v1/checkpoint/prepare"],
+    ["another method", "options", "/ng-control/v1/checkpoint/status"],
+    ["another method", "delete", "/ng-control/v1/checkpoint/forget"],
+  ] as const)("exist in one spelling only: %s %s %s is 404", async (_what, method, path) => {
+    const app = server().app();
+    const res = await request(app)[method](path).set("Authorization", AUTH).send({});
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe("not_found");
+    const status = await request(app)
+      .get("/ng-control/v1/checkpoint/status")
+      .set("Authorization", AUTH);
+    expect(status.body.phase).toBe("idle"); // nothing was prepared by a misspelt path
+  });
+
+  it("check the bearer on every method of a control path, OPTIONS included", async () => {
+    const res = await request(server().app()).options("/ng-control/v1/checkpoint/status");
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe("unauthorized");
+  });
+
   it("are never served under the rollout prefix", async () => {
     const res = await request(server().app())
       .get("/ng-rollout/r/ng-control/v1/checkpoint/status")

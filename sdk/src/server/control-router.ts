@@ -2,6 +2,7 @@ import express, { Router } from "express";
 import type { ControlPlane } from "../control/control-plane.js";
 import { CONTROL_ROUTES } from "../wire/control-routes.js";
 import { bearerAuth } from "./bearer-auth.js";
+import { notFoundHandler } from "./error-handler.js";
 
 /** Control bodies can list many episodes; this bounds them without getting in the way. */
 const CONTROL_BODY_LIMIT = "64mb";
@@ -10,9 +11,13 @@ const CONTROL_BODY_LIMIT = "64mb";
  * The control routes under `/ng-control/v1/checkpoint`, each handing `(operation, body)` to the
  * control plane's dispatcher. The bearer check runs first on every route (401 before any body is
  * parsed); any body is parsed as JSON whatever its content type.
+ *
+ * Only the listed spellings and methods exist (spec core §3): paths match case-sensitively and
+ * without a trailing slash, and any other method on a control path (OPTIONS included, which
+ * Express would otherwise answer by itself) is checked for the bearer, then answered 404.
  */
 export function controlRouter(controlPlane: ControlPlane, token: string): Router {
-  const router = Router();
+  const router = Router({ caseSensitive: true, strict: true });
   const auth = bearerAuth(token);
   const json = express.json({ limit: CONTROL_BODY_LIMIT, strict: false, type: () => true });
   for (const route of CONTROL_ROUTES) {
@@ -21,6 +26,9 @@ export function controlRouter(controlPlane: ControlPlane, token: string): Router
       const body: unknown = route.method === "post" ? req.body : undefined;
       res.json(await controlPlane.dispatch(route.operation, body));
     });
+  }
+  for (const path of new Set(CONTROL_ROUTES.map((route) => route.path))) {
+    router.all(path, auth, notFoundHandler);
   }
   return router;
 }

@@ -20,8 +20,24 @@ export function nowTs(): number {
   return Date.now() / 1000;
 }
 
-/** setTimeout's largest delay; longer waits are re-armed. */
+/** setTimeout's largest delay (about 24.8 days); a longer wait re-arms its timer. */
 const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Calls `fire` from a timer once the clock reaches `fireAtMs` (epoch ms), however far away: a
+ * delay beyond setTimeout's range (which would fire at once) is waited in steps. Always from a
+ * timer, never synchronously. Unref'd, so it never keeps a process alive; returns the cancel.
+ */
+function fireAt(fireAtMs: number, fire: () => void): () => void {
+  let timer: NodeJS.Timeout | undefined;
+  const arm = (): void => {
+    const left = Math.max(0, Math.ceil(fireAtMs - Date.now()));
+    timer = setTimeout(left > MAX_TIMER_MS ? arm : fire, Math.min(left, MAX_TIMER_MS));
+    timer.unref?.();
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
 
 /** Resolves after `ms` (unref'd, so it never keeps a process alive), or rejects on abort. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -30,14 +46,13 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       reject(signal.reason);
       return;
     }
-    const timer = setTimeout(done, Math.min(Math.max(0, ms), MAX_TIMER_MS));
-    timer.unref?.();
+    const cancel = fireAt(Date.now() + Math.max(0, ms), done);
     function done(): void {
       signal?.removeEventListener("abort", onAbort);
       resolve();
     }
     function onAbort(): void {
-      clearTimeout(timer);
+      cancel();
       reject(signal?.reason);
     }
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -52,7 +67,7 @@ export type Bounded<T> = { done: true; value: T } | { done: false };
  * it keeps running (a retry can join it); the caller decides what a timeout means.
  */
 export async function awaitUntil<T>(work: Promise<T>, deadlineTs: number): Promise<Bounded<T>> {
-  let timer: NodeJS.Timeout | undefined;
+  let cancel: () => void = () => undefined;
   const left = msUntil(deadlineTs);
   const timeout =
     left === 0
@@ -63,13 +78,12 @@ export async function awaitUntil<T>(work: Promise<T>, deadlineTs: number): Promi
           .then(() => undefined)
           .then(() => ({ done: false as const }))
       : new Promise<{ done: false }>((resolve) => {
-          timer = setTimeout(() => resolve({ done: false }), Math.min(left, MAX_TIMER_MS));
-          timer.unref?.();
+          cancel = fireAt(deadlineTs * 1000, () => resolve({ done: false }));
         });
   try {
     return await Promise.race([work.then((value) => ({ done: true as const, value })), timeout]);
   } finally {
-    clearTimeout(timer);
+    cancel();
   }
 }
 
@@ -85,18 +99,14 @@ export function deadlineSignal(
   const controller = new AbortController();
   // Shared by many concurrent waiters (e.g. one retire per rollout): no listener-count warning.
   setMaxListeners(0, controller.signal);
-  const timer = setTimeout(
-    () => controller.abort(reason()),
-    Math.min(msUntil(deadlineTs), MAX_TIMER_MS),
-  );
-  timer.unref?.();
+  const cancel = fireAt(deadlineTs * 1000, () => controller.abort(reason()));
   const onParentAbort = (): void => controller.abort(parent?.reason);
   if (parent?.aborted) controller.abort(parent.reason);
   else parent?.addEventListener("abort", onParentAbort, { once: true });
   return {
     signal: controller.signal,
     dispose: () => {
-      clearTimeout(timer);
+      cancel();
       parent?.removeEventListener("abort", onParentAbort);
     },
   };
@@ -138,17 +148,10 @@ export function timeoutSignal(
   reason: () => unknown,
 ): { signal: AbortSignal; dispose: () => void } {
   const controller = new AbortController();
-  const fireAt = Date.now() + Math.max(0, ms);
-  let timer: NodeJS.Timeout | undefined;
-  const arm = (): void => {
-    const left = fireAt - Date.now();
-    if (left <= 0) {
-      controller.abort(reason());
-      return;
-    }
-    timer = setTimeout(arm, Math.min(Math.ceil(left), MAX_TIMER_MS));
-    timer.unref?.();
-  };
-  arm();
-  return { signal: controller.signal, dispose: () => clearTimeout(timer) };
+  if (ms <= 0) {
+    controller.abort(reason());
+    return { signal: controller.signal, dispose: () => undefined };
+  }
+  const cancel = fireAt(Date.now() + ms, () => controller.abort(reason()));
+  return { signal: controller.signal, dispose: cancel };
 }
