@@ -9,6 +9,9 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { chooseFreePorts } from "../../sdk/src/cli/ports.js";
+import { writeState, type RunState } from "../../sdk/src/cli/state-file.js";
+import type { ResolvedDeployment } from "../../sdk/src/wire/deployment.js";
 import {
   CLI,
   FIXTURES,
@@ -80,6 +83,47 @@ describe("gym serve failures", { timeout: 90_000 }, () => {
     expect(served.stderr).toMatch(/\| fixture never-healthy: listening on .*, answering nothing/);
     expect(existsSync(path.join(dir, ".gym", "run.json"))).toBe(false);
     expect(await waitFor(() => processesMentioning(dir).length === 0, 10_000)).toBe(true);
+  });
+});
+
+describe("gym ckpt against a deployment that is down", { timeout: 90_000 }, () => {
+  it("exits 1 saying which server cannot be reached, not silently mid-retry", async () => {
+    const dir = caseDir();
+    const [port] = Object.values(await chooseFreePorts([{ name: "gone", host: "127.0.0.1" }]));
+    const url = `http://127.0.0.1:${String(port)}`;
+    const server = {
+      kind: "resources",
+      url,
+      host: "127.0.0.1",
+      port: port ?? 0,
+      num_workers: 1,
+      config: {},
+    };
+    const checkpoint = { enabled: true, control_auth_token: "t", lease_grace_seconds: 60 };
+    const stateFile = path.join(dir, "run.json");
+    const state: RunState = {
+      version: 1,
+      deployment_file: path.join(dir, "deployment.yaml"),
+      resolved_file: path.join(dir, "deployment.resolved.json"),
+      deployment: { checkpoint, servers: { gone: server } } as ResolvedDeployment,
+      servers: {
+        gone: {
+          name: "gone",
+          kind: "resources",
+          url,
+          pid: 999_999_999,
+          pgid: 999_999_999,
+          log: path.join(dir, "gone.log"),
+          supervisor_pid: null,
+          started_at: new Date().toISOString(),
+        },
+      },
+    };
+    writeState(stateFile, state);
+    const status = await gym(["ckpt", "status", "--state", stateFile]);
+    expect(status.code, status.stderr).toBe(1);
+    expect(status.stderr).toMatch(/discovering the participants failed/);
+    expect(status.stderr).toMatch(/gone: GET .*cannot connect/);
   });
 });
 

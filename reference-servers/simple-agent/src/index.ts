@@ -10,6 +10,7 @@ import {
   ACTIVATION_HEADER,
   AgentServer,
   CheckpointStateError,
+  GymError,
   InvalidRequestError,
   TOKEN_CAPTURE_SEGMENT,
   captureKey,
@@ -224,15 +225,23 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
       headers: cookieHeaders(cookies),
       signal,
     });
+    // The model's refusal or garbled reply is the model server's failure: 502, naming it.
     if (reply.status < 200 || reply.status >= 300) {
-      throw new Error(
+      throw new GymError(
+        "upstream_error",
         `model server ${server} answered HTTP ${reply.status} at ${path}: ${reply.body.slice(0, 500)}`,
       );
     }
-    return {
-      response: parseModelReply(reply.body),
-      cookies: setCookieJar(reply.headers["set-cookie"]),
-    };
+    let response: Item;
+    try {
+      response = parseModelReply(reply.body);
+    } catch (error) {
+      throw new GymError(
+        "upstream_error",
+        `model server ${server} at ${path}: ${(error as Error).message}`,
+      );
+    }
+    return { response, cookies: setCookieJar(reply.headers["set-cookie"]) };
   }
 
   async #callTool(

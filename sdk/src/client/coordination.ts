@@ -150,7 +150,8 @@ export async function discover(
             error.reason === "connect" &&
             attempt < tries;
           if (retry && left > 0) {
-            await sleep(Math.min(250 * attempt, left));
+            // Kept alive: a controller with nothing else pending must see the retry through.
+            await sleep(Math.min(250 * attempt, left), undefined, { keepAlive: true });
             continue;
           }
           failures[name] =

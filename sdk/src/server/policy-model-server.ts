@@ -183,14 +183,8 @@ export class PolicyModelServer extends Server {
     readonly signal: AbortSignal;
   }): Promise<ChatCompletionLike & { ng_commit_coords?: unknown }> {
     const url = new URL(`${this.backendUrl()}/chat/completions`);
-    const response = await fetch(url, {
-      dispatcher: this.#backend,
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(input.body),
-      signal: input.signal,
-    });
-    const text = await response.text();
+    const response = await this.#backendFetch(url, JSON.stringify(input.body), input.signal);
+    const text = await backendStep(url, input.signal, () => response.text());
     if (!response.ok) {
       throw new BackendError(response.status, text.slice(0, 500));
     }
@@ -335,6 +329,19 @@ export class PolicyModelServer extends Server {
     }
   }
 
+  /** POSTs `body` to the backend over its pool; not reaching it is a {@link BackendUnreachableError}. */
+  async #backendFetch(url: URL, body: string, signal: AbortSignal): Promise<globalThis.Response> {
+    return await backendStep(url, signal, () =>
+      fetch(url, {
+        dispatcher: this.#backend,
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body,
+        signal,
+      }),
+    );
+  }
+
   async #stream(
     chat: Record<string, unknown>,
     ticket: Ticket | null,
@@ -343,15 +350,14 @@ export class PolicyModelServer extends Server {
     signal: AbortSignal,
   ): Promise<undefined> {
     const url = new URL(`${this.backendUrl()}/chat/completions`);
-    const upstream = await fetch(url, {
-      dispatcher: this.#backend,
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ ...chat, stream: true }),
+    const upstream = await this.#backendFetch(
+      url,
+      JSON.stringify({ ...chat, stream: true }),
       signal,
-    });
+    );
     if (!upstream.ok || upstream.body === null) {
-      throw new BackendError(upstream.status, (await upstream.text()).slice(0, 500));
+      const body = await backendStep(url, signal, () => upstream.text());
+      throw new BackendError(upstream.status, body.slice(0, 500));
     }
     const responseId = `resp_${randomUUID().replaceAll("-", "")}`;
     let text = "";
@@ -546,6 +552,42 @@ export class BackendError extends DetailError {
   ) {
     super(502, `the inference backend answered ${backendStatus}: ${body}`);
   }
+}
+
+/**
+ * The inference backend could not be reached, or its connection failed before its answer was
+ * read. Answered as 502 with `{"detail": ...}`, like {@link BackendError}: the fault is upstream.
+ */
+export class BackendUnreachableError extends DetailError {
+  override name = "BackendUnreachableError";
+  constructor(url: URL, reason: string) {
+    super(502, `the inference backend at ${url.origin} is unreachable: ${reason}`);
+  }
+}
+
+/**
+ * Runs one step of a backend call; a failure that is not our own cancellation (`signal`) is
+ * the backend's: a {@link BackendUnreachableError} naming the network error.
+ */
+async function backendStep<T>(url: URL, signal: AbortSignal, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (signal.aborted) throw error;
+    throw new BackendUnreachableError(url, networkReason(error));
+  }
+}
+
+/** The most specific words of a fetch failure: undici puts the socket error in `cause`. */
+function networkReason(error: unknown): string {
+  const cause = (error as { cause?: unknown }).cause;
+  if (cause instanceof Error) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    return code !== undefined && !cause.message.includes(code)
+      ? `${code} ${cause.message}`
+      : cause.message;
+  }
+  return error instanceof Error ? error.message : String(error);
 }
 
 function sse(event: string, data: unknown): string {

@@ -26,27 +26,37 @@ const MAX_TIMER_MS = 2_147_483_647;
 /**
  * Calls `fire` from a timer once the clock reaches `fireAtMs` (epoch ms), however far away: a
  * delay beyond setTimeout's range (which would fire at once) is waited in steps. Always from a
- * timer, never synchronously. Unref'd, so it never keeps a process alive; returns the cancel.
+ * timer, never synchronously. Unref'd (it never keeps a process alive) unless `keepAlive`;
+ * returns the cancel.
  */
-function fireAt(fireAtMs: number, fire: () => void): () => void {
+function fireAt(fireAtMs: number, fire: () => void, keepAlive = false): () => void {
   let timer: NodeJS.Timeout | undefined;
   const arm = (): void => {
     const left = Math.max(0, Math.ceil(fireAtMs - Date.now()));
     timer = setTimeout(left > MAX_TIMER_MS ? arm : fire, Math.min(left, MAX_TIMER_MS));
-    timer.unref?.();
+    if (!keepAlive) timer.unref?.();
   };
   arm();
   return () => clearTimeout(timer);
 }
 
-/** Resolves after `ms` (unref'd, so it never keeps a process alive), or rejects on abort. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/**
+ * Resolves after `ms`, or rejects on abort. By default the wait does not keep the process
+ * alive (a server's background loop must not hold up its exit); a client that waits before
+ * retrying passes `keepAlive`, or a process with nothing else to do would end mid-wait, its
+ * pending top-level await unsettled (exit 13, no message).
+ */
+export function sleep(
+  ms: number,
+  signal?: AbortSignal,
+  options: { readonly keepAlive?: boolean } = {},
+): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
       reject(signal.reason);
       return;
     }
-    const cancel = fireAt(Date.now() + Math.max(0, ms), done);
+    const cancel = fireAt(Date.now() + Math.max(0, ms), done, options.keepAlive);
     function done(): void {
       signal?.removeEventListener("abort", onAbort);
       resolve();

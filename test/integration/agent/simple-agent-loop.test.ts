@@ -245,13 +245,18 @@ describe("how a loop stops", () => {
     expect(model.callsFor("d")).toHaveLength(3);
   });
 
-  it("a non-2xx model reply or one that is not a Responses object fails the call", async () => {
+  it("a non-2xx model reply or one that is not a Responses object fails the call: 502 upstream_error", async () => {
     const { model, url } = await direct();
     // A 503 whose body looks like a reply is still a failure.
     model.script("d", [{ status: 503, body: message("looks fine") }]);
-    await request(url).post("/ng-rollout/d/v1/responses").send({ input: "go" }).expect(500);
+    const refused = await request(url).post("/ng-rollout/d/v1/responses").send({ input: "go" });
+    expect(refused.status).toBe(502);
+    expect(refused.body.error.code).toBe("upstream_error");
+    expect(refused.body.error.detail).toMatch(/answered HTTP 503/);
     model.script("e", [{ object: "response", output: "nope" }]);
-    await request(url).post("/ng-rollout/e/v1/responses").send({ input: "go" }).expect(500);
+    const garbled = await request(url).post("/ng-rollout/e/v1/responses").send({ input: "go" });
+    expect(garbled.status).toBe(502);
+    expect(garbled.body.error.detail).toMatch(/not a Responses object/);
   });
 });
 

@@ -70,4 +70,33 @@ describe("a failed call to another server of the deployment", () => {
       /^resources \/seed_session answered HTTP 409: .*stale_attempt/,
     );
   });
+
+  it.each([
+    [
+      "refuses the call",
+      502,
+      JSON.stringify({ detail: "the inference backend at x is unreachable" }),
+    ],
+    ["answers a body that is not a Responses object", 200, JSON.stringify({ nope: true })],
+  ])(
+    "answers 502 upstream_error naming the model server when it %s",
+    async (_what, status, body) => {
+      const model = createServer((req, res) => {
+        req.resume();
+        req.on("end", () =>
+          res.writeHead(status, { "content-type": "application/json" }).end(body),
+        );
+      });
+      closers.push(() => new Promise((resolve) => model.close(() => resolve())));
+      const stack = new Stack({ checkpoint: false });
+      await stack.resources(RecordingCounter);
+      stack.register("policy", "model", await listening(model));
+      const { url } = await stack.agent({ resources_server: "resources" });
+
+      const res = await request(url).post("/run").send(RUN);
+      expect(res.status, JSON.stringify(res.body)).toBe(502);
+      expect(res.body.error.code).toBe("upstream_error");
+      expect(res.body.error.detail).toMatch(/model server policy/);
+    },
+  );
 });

@@ -24,6 +24,23 @@ async function brokenBackend(status: number, body: string): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
+/** The URL of a backend that is not running: a port that was just freed. */
+async function deadBackend(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}/v1`;
+}
+
+/** A backend that drops the connection of every request without answering. */
+async function hangUpBackend(): Promise<string> {
+  const server: HttpServer = createServer((req) => req.socket.destroy());
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  closers.push(() => new Promise((resolve) => server.close(() => resolve())));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
 function policyIn(front: string): PolicyModelServer {
   const server = new PolicyModelServer({
     name: "policy",
@@ -47,5 +64,26 @@ describe("a failing inference backend", () => {
     const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi" });
     expect(reply.status).toBe(502);
     expect(reply.body.detail).toMatch(/not JSON/);
+  });
+
+  it.each([false, true])(
+    "answers 502 naming the backend when nothing listens there (stream: %s)",
+    async (stream) => {
+      const backend = await deadBackend();
+      const policy = policyIn(backend);
+      const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi", stream });
+      expect(reply.status).toBe(502);
+      expect(reply.body.detail).toContain(
+        `inference backend at ${new URL(backend).origin} is unreachable`,
+      );
+      expect(reply.body.detail).toMatch(/ECONNREFUSED/);
+    },
+  );
+
+  it("answers 502 when the backend drops the connection without answering", async () => {
+    const policy = policyIn(await hangUpBackend());
+    const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi" });
+    expect(reply.status).toBe(502);
+    expect(reply.body.detail).toMatch(/is unreachable/);
   });
 });
