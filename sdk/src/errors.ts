@@ -8,7 +8,11 @@
 
 /** Every error code on the wire, with its HTTP status and what it means. */
 export const ERROR_CATALOGUE = {
-  checkpoint_error: { status: 409, summary: "Base checkpoint error; not raised directly." },
+  checkpoint_error: {
+    status: 409,
+    summary:
+      "A participant refused the commit or restore (e.g. a model commit without episode_ids, a restore into a process that already serves).",
+  },
   stale_checkpoint: {
     status: 409,
     summary: "The checkpoint ID was already resumed; start a new checkpoint with a new ID.",

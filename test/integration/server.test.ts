@@ -397,6 +397,13 @@ describe("documentation", () => {
     for (const route of CONTROL_ROUTES) expect(doc.paths[route.path]).toBeDefined();
     expect(doc.paths["/echo"]).toBeDefined();
   });
+
+  it("gives the same document from openApiDocument() before the server is built or listens", async () => {
+    const served = (await request(server().app()).get("/openapi.json")).body;
+    const early = server().openApiDocument();
+    expect(Object.keys(early.paths ?? {})).toEqual(Object.keys(served.paths));
+    for (const route of CONTROL_ROUTES) expect(early.paths?.[route.path]).toBeDefined();
+  });
 });
 
 describe("lifecycle", () => {

@@ -115,6 +115,7 @@ export default class SingleAgentTurnServer extends EnvironmentServer {
         path: "/aggregate_metrics",
         summary: "Aggregate verify results (forwarded to the resources server)",
         request: z.looseObject({ verify_responses: z.array(z.unknown()) }),
+        errors: ["upstream_unreachable", "upstream_error"],
         handler: ({ body, signal }) =>
           this.client.post(this.settings.resources_server, "/aggregate_metrics", body, { signal }),
       }),

@@ -14,6 +14,7 @@ import {
   awaitUntil,
   deadlineSignal,
   forEachConcurrently,
+  isPast,
   msUntil,
   nowTs,
   sleep,
@@ -480,15 +481,25 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     });
   }
 
-  /** Drops the retired marks of finished rollouts; outside checkpoints. */
+  /**
+   * Drops the retired marks of finished rollouts; outside checkpoints. Bounded by the deadline
+   * (spec core §4.9): a forget that only gets its turn (behind a retire holding the lock) after
+   * the deadline, or arrives past it, is 409 `deadline_exceeded` and drops nothing.
+   */
   async forget(request: ForgetRequest): Promise<ForgetReply> {
-    return await this.#lock.runExclusive(() => {
-      this.#admitOutsideCheckpoint(request, "forget");
-      this.participant.checkForget(request.rollout_ids);
-      this.participant.forget(request.rollout_ids);
-      this.participant.notify();
-      return { forgotten_count: request.rollout_ids.length };
-    });
+    const forgotten = await awaitUntil(
+      this.#lock.runExclusive(() => {
+        this.#admitOutsideCheckpoint(request, "forget");
+        this.participant.checkForget(request.rollout_ids);
+        if (isPast(request.deadline_ts)) throw CheckpointError.deadline("the forget");
+        this.participant.forget(request.rollout_ids);
+        this.participant.notify();
+        return { forgotten_count: request.rollout_ids.length };
+      }),
+      request.deadline_ts,
+    );
+    if (!forgotten.done) throw CheckpointError.deadline("the forget");
+    return forgotten.value;
   }
 
   /** Stops the lease watcher (server shutdown). The phase is left as it is. */

@@ -7,10 +7,18 @@ import {
   type EpisodeId,
 } from "./episode-id.js";
 
-/** Why a `/run` body's rollout fields are refused: 400 `invalid_rollout_id`. */
+/**
+ * Why a `/run` body's rollout fields are refused: 400 `invalid_rollout_id` (the agent's legacy
+ * `/run`); the environment server answers the same refusal as 422 `invalid_request` naming
+ * `field` (spec environment §4.1).
+ */
 export class InvalidRunRolloutError extends EpisodeError {
   override name = "InvalidRunRolloutError";
-  constructor(readonly reason: string) {
+  constructor(
+    readonly reason: string,
+    /** The body field at fault. */
+    readonly field: string,
+  ) {
     super("invalid_rollout_id", reason);
   }
 }
@@ -28,6 +36,7 @@ function indexValue(name: string, value: unknown): number | null {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
     throw new InvalidRunRolloutError(
       `${name} must be an integer >= 0, got ${JSON.stringify(value)}`,
+      name,
     );
   }
   return value;
@@ -54,18 +63,23 @@ export function episodeFromRunBody(body: RunRolloutFields): EpisodeId | null {
     if (typeof explicit !== "string" || !SAFE_ID_PATTERN.test(explicit)) {
       throw new InvalidRunRolloutError(
         `_ng_rollout_id must be a string matching ^[A-Za-z0-9][A-Za-z0-9._-]*$, got ${JSON.stringify(explicit)}`,
+        "_ng_rollout_id",
       );
     }
     let decoded: EpisodeId;
     try {
       decoded = fromCaptureKey(explicit);
     } catch (error) {
-      throw new InvalidRunRolloutError(`_ng_rollout_id ${(error as Error).message}`);
+      throw new InvalidRunRolloutError(
+        `_ng_rollout_id ${(error as Error).message}`,
+        "_ng_rollout_id",
+      );
     }
     if (decoded.attempt > 0 && attempt > 0) {
       throw new InvalidRunRolloutError(
         `_ng_rollout_id ${JSON.stringify(explicit)} already names attempt ${decoded.attempt}; ` +
           "do not also send _ng_attempt_index",
+        "_ng_attempt_index",
       );
     }
     return decoded.attempt > 0 ? decoded : episodeId(decoded.rollout_id, attempt);

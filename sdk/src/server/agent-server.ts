@@ -518,6 +518,7 @@ export abstract class AgentServer<State = unknown> extends Server {
           path: "/aggregate_metrics",
           summary: "Aggregate metrics",
           request: z.unknown(),
+          errors: ["upstream_unreachable", "upstream_error"],
           handler: (input) => this.aggregateMetrics(input),
         }),
       );

@@ -8,7 +8,7 @@
 import type { Express } from "express";
 import { z } from "zod";
 import type { Participant } from "../control/participant.js";
-import { CheckpointError, ConfigError, EpisodeError } from "../errors.js";
+import { CheckpointError, ConfigError, EpisodeError, InvalidRequestError } from "../errors.js";
 import {
   EpisodeIdSchema,
   captureKey,
@@ -234,7 +234,11 @@ export abstract class EnvironmentServer extends Server {
         method: "post",
         path: "/run",
         summary: "Run one episode",
+        description:
+          "Failures of the agent or resources server are episode failures (200), not 502s. " +
+          "A body naming no episode, or a malformed one, is 422.",
         request: RunRequestSchema,
+        errors: ["admission_closed", "stale_attempt", "checkpoint_error"],
         handler: async ({ body, signal, res }) => {
           const reply = await this.#run(body, signal);
           if (reply === null) {
@@ -414,22 +418,38 @@ function validOutcome(outcome: unknown): EpisodeOutcome {
   };
 }
 
-/** The episode a `/run` body names; `episode_id` and the row fields must agree. */
+/**
+ * The episode a `/run` body names; `episode_id` and the row fields must agree. A body naming
+ * no episode, or a malformed or conflicting one, fails validation: 422 `invalid_request` naming
+ * the field (spec environment §4.1: missing identity and a bad `rollout_id` are 422).
+ */
 function episodeOfBody(body: RunRequest): EpisodeId {
-  const fromRow = episodeFromRunBody(body);
+  let fromRow: EpisodeId | null;
+  try {
+    fromRow = episodeFromRunBody(body);
+  } catch (error) {
+    if (!(error instanceof InvalidRunRolloutError)) throw error;
+    throw runBodyRefusal(error.reason, error.field);
+  }
   const explicit = body.episode_id ?? null;
   if (explicit !== null && fromRow !== null && !sameEpisode(explicit, fromRow)) {
-    throw new InvalidRunRolloutError(
+    throw runBodyRefusal(
       `episode_id names ${captureKey(explicit)} but the row fields name ${captureKey(fromRow)}; send one of them`,
+      "episode_id",
     );
   }
   const episode = explicit ?? fromRow;
   if (episode === null) {
-    throw new InvalidRunRolloutError(
+    throw runBodyRefusal(
       "the /run body names no episode: send episode_id, _ng_rollout_id, or _ng_task_index with _ng_rollout_index",
+      "episode_id",
     );
   }
   return episode;
+}
+
+function runBodyRefusal(reason: string, field: string): InvalidRequestError {
+  return new InvalidRequestError(reason, [{ path: [field], message: reason }]);
 }
 
 /**

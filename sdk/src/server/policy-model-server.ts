@@ -162,7 +162,8 @@ export class PolicyModelServer extends Server {
         summary: "Create a response (OpenAI Responses API)",
         description:
           "Also served under /ng-rollout/{capture_key}/ and /ng-rollout/{capture_key}/training-token-capture/. " +
-          "With checkpointing on, a call waits while a checkpoint is open and its response is held until resume.",
+          "With checkpointing on, a call waits while a checkpoint is open and its response is held until resume. " +
+          'A failing or unreachable inference backend is 502 with {"detail": "..."}.',
         request: ResponsesCreateRequestSchema,
         errors: ["invalid_rollout_id", "stale_attempt"],
         rolloutPrefixed: true,

@@ -1,7 +1,7 @@
 import type { Express } from "express";
 import { z } from "zod";
 import type { Participant } from "../control/participant.js";
-import { ConfigError } from "../errors.js";
+import { ConfigError, type ErrorCode } from "../errors.js";
 import { EpisodeIdSchema } from "../identity/episode-id.js";
 import {
   CHECKPOINT_MODES,
@@ -71,6 +71,19 @@ interface ResourcesServerClass {
   readonly checkpointVerify: unknown;
   readonly checkpointSessionStarts: readonly string[];
 }
+
+/**
+ * What the session routes can answer besides 422: the checkpoint middleware's refusals (with
+ * checkpointing on), and 502 when the handler's call to another server fails (a judge, a
+ * sandbox service).
+ */
+const SESSION_ROUTE_ERRORS: readonly ErrorCode[] = [
+  "rollout_id_required",
+  "stale_attempt",
+  "admission_closed",
+  "upstream_unreachable",
+  "upstream_error",
+];
 
 const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessionState"] as const;
 
@@ -269,6 +282,8 @@ export abstract class ResourcesServer extends Server {
         path: SEED_SESSION_PATH,
         summary: "Start a session",
         request: this.seedRequestSchema(),
+        errors: SESSION_ROUTE_ERRORS,
+        rolloutPrefixed: true,
         handler: (input) => this.seedSession(withSession(input)),
       }),
       dataRoute({
@@ -276,6 +291,8 @@ export abstract class ResourcesServer extends Server {
         path: VERIFY_PATH,
         summary: "Verify a session's episode",
         request: this.verifyRequestSchema(),
+        errors: SESSION_ROUTE_ERRORS,
+        rolloutPrefixed: true,
         handler: async (input) => {
           const result = await this.verify(withSession(input));
           return {
@@ -292,6 +309,8 @@ export abstract class ResourcesServer extends Server {
         path: CLOSE_SESSION_PATH,
         summary: "Close a session and free its state",
         request: ResourcesCloseSessionRequestSchema,
+        errors: SESSION_ROUTE_ERRORS,
+        rolloutPrefixed: true,
         handler: (input) => this.closeSession(withSession(input)),
       }),
       ...this.tools(),

@@ -108,6 +108,8 @@ export class Server {
   readonly #clientOptions: ServerClientOptions;
   #client: ServerClient | null = null;
   #app: Express | null = null;
+  /** Whether {@link app} is building the app (its `/openapi.json` asks for the document). */
+  #building = false;
   #controlPlane: ControlPlane | null = null;
   #http: HttpServer | null = null;
   readonly #shutdown = ((): AbortController => {
@@ -215,12 +217,21 @@ export class Server {
 
   /** The express app (built once). */
   app(): Express {
-    this.#app ??= this.#build();
+    if (this.#app === null) {
+      this.#building = true;
+      try {
+        this.#app = this.#build();
+      } finally {
+        this.#building = false;
+      }
+    }
     return this.#app;
   }
 
-  /** The OpenAPI document of the routes this server serves. */
+  /** The OpenAPI document of the routes this server serves (also before it listens). */
   openApiDocument(): ReturnType<typeof buildOpenApiDocument> {
+    // The control plane, if any, comes with the app: build it first (unless building it now).
+    if (!this.#building) this.app();
     return buildOpenApiDocument({
       title: `${this.name} (gym server)`,
       version: "1.0.0",

@@ -116,6 +116,7 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
       ...fencing,
       "export_failed",
       "restart_in_scope",
+      "checkpoint_error",
       "deadline_exceeded",
       "invalid_checkpoint_state",
     ],
@@ -131,7 +132,7 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
       "stays closed until resume.",
     request: RestoreRequestSchema,
     reply: RestoreReplySchema,
-    errors: [...fencing, "deadline_exceeded", "invalid_checkpoint_state"],
+    errors: [...fencing, "checkpoint_error", "deadline_exceeded", "invalid_checkpoint_state"],
   },
   {
     operation: "resume",

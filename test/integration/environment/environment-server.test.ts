@@ -165,11 +165,30 @@ describe("/run", () => {
     const res = await run(url, { _ng_rollout_id: "job-a2" }).expect(200);
     expect(res.body.episode_id).toEqual({ rollout_id: "job", attempt: 2 });
     const refused = await run(url, { _ng_rollout_id: "job-a2", _ng_attempt_index: 1 });
-    expect(refused.status).toBe(400);
-    expect(refused.body.error.code).toBe("invalid_rollout_id");
-    const none = await run(url, {});
-    expect(none.body.error.code).toBe("invalid_rollout_id");
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.code).toBe("invalid_request");
+    expect(refused.body.error.issues[0].path).toEqual(["_ng_attempt_index"]);
   });
+
+  it.each([
+    ["no episode at all", {}, "episode_id"],
+    ["a malformed explicit id", { _ng_rollout_id: "bad id" }, "_ng_rollout_id"],
+    ["a negative index", { _ng_task_index: -1, _ng_rollout_index: 0 }, "_ng_task_index"],
+    [
+      "episode_id disagreeing with the row",
+      { episode_id: { rollout_id: "x", attempt: 0 }, _ng_rollout_id: "y" },
+      "episode_id",
+    ],
+  ])(
+    "answers %s with 422 invalid_request naming the field (spec environment 4.1)",
+    async (_what, fields, field) => {
+      const { url } = await serve();
+      const res = await run(url, fields);
+      expect(res.status, JSON.stringify(res.body)).toBe(422);
+      expect(res.body.error.code).toBe("invalid_request");
+      expect(res.body.error.issues.map((i: { path: string[] }) => i.path)).toEqual([[field]]);
+    },
+  );
 
   it("refuses a reserved suffix in episode_id and unknown keys with 422", async () => {
     const { url } = await serve();

@@ -252,4 +252,23 @@ describe("forget", () => {
     expect(participant.retired.isRetired(ep("other"))).toBe(true);
     cp.close();
   });
+
+  it("drops nothing when its deadline has passed: 409 deadline_exceeded", async () => {
+    await h.cp.retire(retireReq("x", ["a"]));
+    await expectCode(h.cp.forget(forgetReq("x", ["a"], -1)), "deadline_exceeded");
+    expect(h.participant.retired.isRetired(ep("a"))).toBe(true);
+    expect(await h.cp.forget(forgetReq("x", ["a"]))).toEqual({ forgotten_count: 1 });
+  });
+
+  it("drops nothing when it gets its turn behind a retire only after its deadline", async () => {
+    await h.cp.retire(retireReq("x", ["a"]));
+    const stuck = h.participant.hold("retire", { abortable: false });
+    const retire = h.cp.retire(retireReq("x", ["b"]));
+    await stuck.entered();
+    await expectCode(h.cp.forget(forgetReq("x", ["a"], 0.2)), "deadline_exceeded");
+    stuck.release();
+    await retire;
+    await flush();
+    expect(h.participant.retired.isRetired(ep("a"))).toBe(true);
+  });
 });

@@ -110,7 +110,7 @@ describe("dispatch", () => {
     expect(
       await h.cp.dispatch("forget", {
         checkpoint_id: "k",
-        deadline_ts: deadline,
+        deadline_ts: inSeconds(30),
         rollout_ids: ["a"],
       }),
     ).toEqual({ forgotten_count: 1 });

@@ -1,5 +1,6 @@
-import { readFile } from "node:fs/promises";
+import { readFile, readdir } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
+import path from "node:path";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import type {
   OpenAPIObject,
@@ -179,6 +180,28 @@ describe("buildOpenApiDocument: control routes", () => {
         document.render(),
       );
     }
+  });
+});
+
+describe("the committed reference server documents (openapi/reference)", () => {
+  const dir = fileURLToPath(new URL("../../../openapi/reference/", import.meta.url));
+  const expected = ["counter", "counter_env", "inference", "policy", "simple_agent", "weather", "weather_env"];
+
+  it("hold one valid OpenAPI 3.1 document per server of the reference deployment", async () => {
+    const files = (await readdir(dir)).sort();
+    expect(files).toEqual(expected.map((name) => `${name}.json`));
+    for (const file of files) {
+      await expectValid(JSON.parse(await readFile(path.join(dir, file), "utf8")) as OpenAPIObject);
+    }
+  });
+
+  it("document the control routes on participants and the upstream failures on the session routes", async () => {
+    const counter = JSON.parse(await readFile(path.join(dir, "counter.json"), "utf8")) as OpenAPIObject;
+    for (const route of CONTROL_ROUTES) expect(counter.paths?.[route.path]).toBeDefined();
+    const verify = operation(counter, "/ng-rollout/{capture_key}/verify", "post");
+    expect(Object.keys(verify.responses ?? {})).toEqual(expect.arrayContaining(["400", "409", "422", "502"]));
+    const inference = JSON.parse(await readFile(path.join(dir, "inference.json"), "utf8")) as OpenAPIObject;
+    expect(inference.paths?.[CONTROL_ROUTES[0]?.path ?? ""]).toBeUndefined(); // a backend is no participant
   });
 });
 
