@@ -8,21 +8,28 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { Command } from "commander";
+import { Command, InvalidArgumentError } from "commander";
 import { DeploymentRun } from "./deployment-run.js";
 import { runScenario, type ScenarioReport } from "./scenario.js";
 
+/** `--rollouts`: a positive whole number, refused as typed otherwise. */
+function positiveInteger(value: string): number {
+  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError(
+      `--rollouts must be a positive integer, got ${JSON.stringify(value)}`,
+    );
+  }
+  return Number(value);
+}
+
 const program = new Command("demo")
   .description("checkpoint the reference deployment mid-flight, crash it, and continue")
-  .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 64)
+  .option("--rollouts <n>", "rollouts to send", positiveInteger, 64)
   .option("--keep", "leave the restored servers running (browse /docs on each)", false)
   .option("--json", "print the report as JSON", false)
   .option("--dir <dir>", "where the run keeps its state (default: a new temporary directory)");
 program.parse();
 const options = program.opts<{ rollouts: number; keep: boolean; json: boolean; dir?: string }>();
-if (!Number.isSafeInteger(options.rollouts) || options.rollouts < 1) {
-  program.error(`--rollouts must be a positive integer, got ${String(options.rollouts)}`);
-}
 
 const live = process.stderr.isTTY && !options.json;
 let last = "";

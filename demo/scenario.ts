@@ -187,7 +187,12 @@ export async function runScenario(
     async () => {
       const { calls } = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
       const held = calls.filter((call) => call.held && !call.returned).length;
-      progress("send", `${held}/${expectedHeld} in flight, ${replied.size} finished`);
+      const quick = options.rollouts - expectedHeld;
+      progress(
+        "send",
+        `${held} of ${expectedHeld} rollouts held in their second model call` +
+          (quick > 0 ? `, ${replied.size} of ${quick} tool-less rollouts finished` : ""),
+      );
       const seen = `${held}/${replied.size}`;
       if (seen !== lastSeen) {
         lastSeen = seen;
@@ -261,12 +266,12 @@ export async function runScenario(
   await run.crash();
   await Promise.all(first.values()); // the dead attempts' /run calls fail
 
-  progress("restore", "fresh processes restore the checkpoint");
+  progress("restore", "starting fresh processes");
   await run.serve({ afterCrash: true });
   // The dead attempts' held calls may finish now: nobody receives their answers.
   await run.backend("POST", "/_ctl/release", {});
   const restoredParticipants = await run.participants();
-  progress("restoring", `${scope.length} episodes restored into fresh processes`);
+  progress("restore", `restoring ${scope.length} episodes into the fresh processes`);
   const restoredAt = performance.now();
   const restoreSecondsByKind = slowestByKind();
   await restore(restoredParticipants, {

@@ -37,6 +37,12 @@ export interface CreateIo {
   readonly env: Readonly<Record<string, string | undefined>>;
   /** Whether standard input and output are a terminal. */
   readonly isTTY: boolean;
+  /**
+   * Whether the prompter can read answers: false when standard input is not a terminal, where
+   * `--interactive` is refused rather than left waiting on a prompt no one can answer.
+   * @default true (an injected prompter needs no terminal)
+   */
+  readonly canPrompt?: boolean;
   readonly prompter: Prompter;
   /** Writes one line of normal output. */
   readonly out: (line: string) => void;
@@ -183,6 +189,22 @@ export async function create(argv: readonly string[], io: CreateIo): Promise<num
   const pm = packageManagerOf(io.env.npm_config_user_agent);
   const ctx: Context = { flags, interactive: flags.interactive ?? io.isTTY, io, pm };
   try {
+    if (ctx.interactive && io.canPrompt === false) {
+      throw new CreateError(
+        2,
+        "--interactive needs a terminal to read the answers from, but standard input is not one",
+        `pass the choices as flags instead, e.g.\n  ${oneShotCommand({
+          pm,
+          dir: flags.dir ?? "gym-resources",
+          choices: {
+            ...(flags.kind === undefined ? {} : { kind: flags.kind }),
+            ...(flags.mode === undefined ? {} : { mode: flags.mode }),
+            ...(flags.verify === undefined ? {} : { verify: flags.verify }),
+          },
+          ...(flags.sdk === undefined ? {} : { sdk: flags.sdk }),
+        })}\nor run it in a terminal`,
+      );
+    }
     if (ctx.interactive) io.prompter.intro("create-gym-participant");
     const choices = await resolveChoices(ctx, flags.dir ?? "gym-resources");
     const dir = await resolveDir(ctx, choices.kind);

@@ -68,7 +68,8 @@ The SDK dependency (--sdk):
   default: the sdk/ of the gym-participant-sdk checkout this command runs from, else ^<this version>
 
 On a terminal, whatever the flags leave open is asked for; --interactive / --no-interactive
-override the terminal detection. Without prompts, --kind is required.
+override the terminal detection (--interactive still needs a terminal on standard input to read
+the answers from: without one it exits 2). Without prompts, --kind is required.
 
 Examples:
   npx create-gym-participant my-tools --kind resources --mode exported --verify replay
@@ -86,7 +87,10 @@ function program(write: (text: string) => void): Command {
     .addOption(new Option("--verify <verify>", "the verify declaration").choices(VERIFY_MODES))
     .option("--sdk <spec>", "how to depend on gym-participant-sdk (see below)")
     .option("--overwrite", "empty a non-empty target directory first (default: refuse)")
-    .option("--interactive", "ask for missing choices even without a terminal")
+    .option(
+      "--interactive",
+      "ask for missing choices even when output is not a terminal (input must be one)",
+    )
     .option("--no-interactive", "never ask; fail on a missing required choice")
     .addHelpText("after", HELP_AFTER)
     .helpOption("-h, --help", "show this help")

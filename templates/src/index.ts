@@ -25,6 +25,7 @@ process.exitCode = await create(process.argv.slice(2), {
   cwd: process.cwd(),
   env: process.env,
   isTTY: process.stdin.isTTY === true && process.stdout.isTTY === true,
+  canPrompt: process.stdin.isTTY === true,
   prompter: clackPrompter,
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),

@@ -123,7 +123,7 @@ describe("gym ckpt against a deployment that is down", { timeout: 90_000 }, () =
     const status = await gym(["ckpt", "status", "--state", stateFile]);
     expect(status.code, status.stderr).toBe(1);
     expect(status.stderr).toMatch(/discovering the participants failed/);
-    expect(status.stderr).toMatch(/gone: GET .*cannot connect/);
+    expect(status.stderr).toMatch(/gone\s+-\s+GET .*cannot connect/);
   });
 });
 

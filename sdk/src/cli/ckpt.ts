@@ -48,12 +48,12 @@ import type { PrepareReply } from "../wire/control.js";
 import type { CommitReply } from "../wire/storage.js";
 import { DEFAULT_DEADLINE_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
-import { inspectCheckpoint } from "./inspect.js";
+import { inspectCheckpoint, noCheckpoint } from "./inspect.js";
 import { CliError, UsageError, describeError, type Io } from "./output.js";
 import {
-  chooseStateFile,
   readLastPrepare,
   requireState,
+  runStateFile,
   statePaths,
   writeLastPrepare,
   type RunState,
@@ -93,16 +93,19 @@ export function parseCaptureKeys(keys: readonly string[], source: string): Episo
   });
 }
 
-/** Reads an episodes file: capture keys one per line; blank lines and `#` comments ignored. */
-export function readEpisodesFile(file: string): EpisodeId[] {
+/**
+ * Reads an episodes file: capture keys one per line; blank lines and `#` comments ignored.
+ * `inline` is the advice when the file cannot be read (e.g. the option that takes keys inline).
+ */
+export function readEpisodesFile(
+  file: string,
+  inline = "--episodes takes a file of capture keys, one per line: write them to a file and pass its path",
+): EpisodeId[] {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch (error) {
-    throw new UsageError(
-      `cannot read the episodes file ${file}: ${describeError(error)}`,
-      "pass a file of capture keys, one per line",
-    );
+    throw new UsageError(`cannot read the episodes file ${file}: ${describeError(error)}`, inline);
   }
   const episodes: EpisodeId[] = [];
   text.split(/\r?\n/).forEach((raw, index) => {
@@ -126,13 +129,75 @@ const CODE_HINTS: Record<string, string> = {
   deadline_exceeded: "the deadline passed first: retry with a longer --deadline",
   unauthorized:
     "the control token does not match: check checkpoint.control_auth_token in the deployment file, then restart the servers",
-  invalid_checkpoint_state:
-    "the checkpoint directory cannot be used: check it with `gym ckpt inspect DIR`",
   export_failed:
     "this checkpoint can no longer commit: abort it with `gym ckpt resume --id ID` and take a new one",
   restart_in_scope: "the scope names an episode reported as a restart: leave it out of --episodes",
   retire_incomplete: "a retire did not finish: retire those episodes again, then forget",
 };
+
+/**
+ * What to do about `invalid_checkpoint_state`, which covers both sides of the store: a commit
+ * that cannot write (the directory holds another commit, or cannot be written) and a restore
+ * that cannot read. The details say which.
+ */
+function invalidStateHint(operation: string, details: readonly string[]): string {
+  if (details.some((detail) => /already holds a different commit|fresh directory/.test(detail))) {
+    return "the directory already holds another checkpoint's commit: write each checkpoint to a fresh directory (a new --dir)";
+  }
+  if (operation === "commit") {
+    return "the checkpoint could not be written (see DETAIL): fix what it names (permissions, disk space, a record that is not JSON), then take the checkpoint again into a fresh --dir";
+  }
+  return "the checkpoint directory cannot be restored from (see DETAIL): check it with `gym ckpt inspect DIR`, or restore another checkpoint";
+}
+
+/** Where a refusal happened: the run, when its state file was read. */
+interface RefusalContext {
+  readonly state: RunState;
+  readonly paths: StatePaths;
+}
+
+function logsOf(context: RefusalContext | null, names: readonly string[]): string {
+  if (context === null) return "the servers' logs";
+  const logs = names.map(
+    (name) => context.state.servers[name]?.log ?? path.join(context.paths.logsDir, `${name}.log`),
+  );
+  return logs.length === 1 ? `its log, ${logs[0]}` : `their logs: ${logs.join(", ")}`;
+}
+
+function refusalHint(
+  error: CoordinationError,
+  names: readonly string[],
+  codes: Readonly<Record<string, string>>,
+  context: RefusalContext | null,
+): string {
+  for (const code of new Set(names.map((name) => codes[name]))) {
+    if (code === "invalid_checkpoint_state") {
+      return invalidStateHint(
+        error.operation,
+        names.filter((name) => codes[name] === code).map((name) => error.failures[name] ?? ""),
+      );
+    }
+    const hint = code === undefined ? undefined : CODE_HINTS[code];
+    if (hint !== undefined) return hint;
+  }
+  if (names.length === 0) {
+    return "the deployment's model server does not take part in checkpoints: serve it with checkpointing on (a PolicyModelServer), or look at its log";
+  }
+  const unreachable = names.filter((name) => codes[name] === undefined);
+  if (unreachable.length > 0) {
+    const serve =
+      context === null
+        ? "`gym serve <deployment.yaml>`"
+        : `\`gym serve ${context.state.deployment_file}\``;
+    return `is the deployment running? if not, start it with ${serve}; if it is, see why ${unreachable.join(", ")} did not answer in ${logsOf(context, unreachable)}`;
+  }
+  return `see why it was refused in ${logsOf(context, names)}`;
+}
+
+/** A failure's detail without the server name the SERVER column shows already. */
+function detailOf(name: string, description: string): string {
+  return description.startsWith(`${name}: `) ? description.slice(name.length + 2) : description;
+}
 
 /** A coordination step was refused or failed; printable per server. */
 export class RefusalError extends CliError {
@@ -150,22 +215,25 @@ export class RefusalError extends CliError {
   }
 }
 
-function refusal(error: CoordinationError, paths: StatePaths | null, what: string): RefusalError {
+function refusal(
+  error: CoordinationError,
+  context: RefusalContext | null,
+  what: string,
+): RefusalError {
   const codes = error.codes();
   const names = Object.keys(error.failures).sort();
-  const distinct = [...new Set(Object.values(codes))];
-  const hint =
-    distinct.map((code) => CODE_HINTS[code]).find((text) => text !== undefined) ??
-    (names.length === 0
-      ? "add a model server to the deployment, or check that every participant answers `gym ckpt status`"
-      : `is the deployment running? check \`gym ckpt status\`${paths === null ? "" : `, the logs in ${paths.logsDir}`}, or start it with \`gym serve\``);
+  const hint = refusalHint(error, names, codes, context);
   const body =
     names.length === 0
       ? error.message
       : `${what} failed on ${names.length} participant(s):\n` +
         table(
           ["SERVER", "CODE", "DETAIL"],
-          names.map((name) => [name, codes[name] ?? "-", error.failures[name] ?? ""]),
+          names.map((name) => [
+            name,
+            codes[name] ?? "-",
+            detailOf(name, error.failures[name] ?? ""),
+          ]),
         );
   return new RefusalError(error.operation, error.failures, codes, body, hint, {
     error: {
@@ -185,8 +253,16 @@ interface Session {
   readonly client: ServerClient;
 }
 
-async function openSession(options: CkptOptions, io: Io): Promise<Session> {
-  const stateFile = chooseStateFile({ ...options, cwd: io.cwd });
+/**
+ * Reads the state file and discovers the participants. `probeTimeoutMs` bounds each discovery
+ * probe (default: the SDK's discovery default).
+ */
+async function openSession(
+  options: CkptOptions,
+  io: Io,
+  probeTimeoutMs?: number,
+): Promise<Session> {
+  const stateFile = runStateFile({ ...options, cwd: io.cwd });
   const state = requireState(stateFile);
   const paths = statePaths(stateFile);
   const checkpoint = state.deployment.checkpoint;
@@ -201,12 +277,15 @@ async function openSession(options: CkptOptions, io: Io): Promise<Session> {
     const requireModel = Object.values(state.deployment.servers).some(
       (server) => server.kind === "model",
     );
-    const participants = await discover(client, checkpoint.control_auth_token, { requireModel });
+    const participants = await discover(client, checkpoint.control_auth_token, {
+      requireModel,
+      ...(probeTimeoutMs === undefined ? {} : { probeTimeoutMs }),
+    });
     return { state, paths, participants, client };
   } catch (error) {
     await client.close();
     if (error instanceof CoordinationError)
-      throw refusal(error, paths, "discovering the participants");
+      throw refusal(error, { state, paths }, "discovering the participants");
     throw error;
   }
 }
@@ -216,12 +295,13 @@ async function withSession<T>(
   io: Io,
   what: string,
   body: (session: Session) => Promise<T>,
+  probeTimeoutMs?: number,
 ): Promise<T> {
-  const session = await openSession(options, io);
+  const session = await openSession(options, io, probeTimeoutMs);
   try {
     return await body(session);
   } catch (error) {
-    if (error instanceof CoordinationError) throw refusal(error, session.paths, what);
+    if (error instanceof CoordinationError) throw refusal(error, session, what);
     throw error;
   } finally {
     await session.client.close();
@@ -250,55 +330,67 @@ function leaseCell(expiresAt: number | null): string {
   return left <= 0 ? "expired" : `${formatDuration(left)} left`;
 }
 
-/** `gym ckpt status`. */
+/** `gym ckpt status`: discovery and the status calls together take at most `--deadline`. */
 export async function statusCommand(options: CkptOptions, io: Io): Promise<number> {
-  return await withSession(options, io, "status", async (session) => {
-    const replies = await status(session.participants);
-    const others = Object.keys(session.state.deployment.servers)
-      .filter((name) => !(name in replies))
-      .sort();
-    if (options.json === true) {
-      printJson(io, { servers: replies, not_participants: others });
+  const deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  const end = Date.now() + deadlineMs;
+  return await withSession(
+    options,
+    io,
+    "status",
+    async (session) => {
+      const replies = await status(session.participants, Math.max(1, end - Date.now()));
+      const others = Object.keys(session.state.deployment.servers)
+        .filter((name) => !(name in replies))
+        .sort();
+      if (options.json === true) {
+        printJson(io, { servers: replies, not_participants: others });
+        return 0;
+      }
+      const rows = memberNames(session).map((name) => {
+        const reply = replies[name];
+        if (reply === undefined) return [name, kindOf(session, name), "?"];
+        return [
+          name,
+          reply.kind,
+          reply.phase,
+          reply.checkpoint_id ?? "-",
+          leaseCell(reply.lease_expires_at),
+          reply.report.ready ? "yes" : "no",
+          reply.report.blocker_count === 0
+            ? "-"
+            : `${reply.report.blocker_count}: ${listCell(reply.report.blockers)}`,
+          listCell(reply.report.restarts),
+          String(reply.retired_rollouts),
+        ];
+      });
+      for (const name of others) {
+        rows.push([
+          name,
+          session.state.deployment.servers[name]?.kind ?? "?",
+          "(not a participant)",
+        ]);
+      }
+      io.out(
+        table(
+          [
+            "SERVER",
+            "KIND",
+            "PHASE",
+            "CHECKPOINT",
+            "LEASE",
+            "READY",
+            "BLOCKERS",
+            "RESTARTS",
+            "RETIRED",
+          ],
+          rows,
+        ),
+      );
       return 0;
-    }
-    const rows = memberNames(session).map((name) => {
-      const reply = replies[name];
-      if (reply === undefined) return [name, kindOf(session, name), "?"];
-      return [
-        name,
-        reply.kind,
-        reply.phase,
-        reply.checkpoint_id ?? "-",
-        leaseCell(reply.lease_expires_at),
-        reply.report.ready ? "yes" : "no",
-        reply.report.blocker_count === 0
-          ? "-"
-          : `${reply.report.blocker_count}: ${listCell(reply.report.blockers)}`,
-        listCell(reply.report.restarts),
-        String(reply.retired_rollouts),
-      ];
-    });
-    for (const name of others) {
-      rows.push([name, session.state.deployment.servers[name]?.kind ?? "?", "(not a participant)"]);
-    }
-    io.out(
-      table(
-        [
-          "SERVER",
-          "KIND",
-          "PHASE",
-          "CHECKPOINT",
-          "LEASE",
-          "READY",
-          "BLOCKERS",
-          "RESTARTS",
-          "RETIRED",
-        ],
-        rows,
-      ),
-    );
-    return 0;
-  });
+    },
+    deadlineMs,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -593,7 +685,7 @@ export async function checkpointCommand(
         notPrepared(
           id,
           prepared,
-          "the checkpoint was aborted (resumed): retry with a longer --deadline, or retire the blockers first (gym ckpt retire --episodes KEY,...)",
+          "the checkpoint was aborted (resumed): retry with a longer --deadline, or retire the blockers first (gym ckpt retire --keys KEY,...)",
         ),
       );
     }
@@ -621,7 +713,7 @@ export async function checkpointCommand(
       resumed = await timed("resume", () => resume(session.participants, id, deadlineTs(options)));
     } catch (error) {
       if (!(error instanceof CoordinationError)) throw error;
-      const failure = refusal(error, session.paths, "resume");
+      const failure = refusal(error, session, "resume");
       throw new RefusalError(
         failure.operation,
         failure.failures,
@@ -684,6 +776,7 @@ export interface RestoreCommandOptions extends CkptOptions {
 /** The episodes a checkpoint directory holds, verified; a corrupt one is refused. */
 export async function checkpointEpisodes(dir: string): Promise<EpisodeId[]> {
   const report = await inspectCheckpoint(dir);
+  if (!report.found) throw noCheckpoint(report);
   if (!report.ok) {
     throw new CliError(
       `cannot list the episodes of ${dir}: it is corrupt:\n` +
@@ -765,13 +858,41 @@ export async function restoreCommand(
 // retire and forget
 // ---------------------------------------------------------------------------------------------
 
-/** `gym ckpt retire --episodes KEY[,KEY]`. */
+/** The attempts `retire` stops: a file of capture keys, or keys given inline. */
+export interface RetireSelection {
+  /** `--episodes FILE`: capture keys, one per line (as for commit and restore). */
+  readonly file?: string;
+  /** `--keys KEY[,KEY]`: capture keys inline. */
+  readonly keys?: readonly string[];
+}
+
+/** `gym ckpt retire (--episodes FILE | --keys KEY[,KEY])`. */
 export async function retireCommand(
-  keys: readonly string[],
+  selection: RetireSelection,
   options: CkptOptions & { id?: string },
   io: Io,
 ): Promise<number> {
-  const episodes = parseCaptureKeys(keys, "--episodes");
+  if ((selection.file === undefined) === (selection.keys === undefined)) {
+    throw new UsageError(
+      selection.file === undefined
+        ? "retire needs the attempts to stop"
+        : "--episodes and --keys cannot be combined",
+      "pass --episodes FILE (capture keys, one per line) or --keys KEY[,KEY] (capture keys inline)",
+    );
+  }
+  const episodes =
+    selection.keys !== undefined
+      ? parseCaptureKeys(selection.keys, "--keys")
+      : readEpisodesFile(
+          path.resolve(io.cwd, selection.file as string),
+          "--episodes takes a file of capture keys, one per line; to name the keys inline, use --keys KEY[,KEY]",
+        );
+  if (episodes.length === 0) {
+    throw new UsageError(
+      `the episodes file ${selection.file ?? ""} names no capture key`,
+      "write the capture keys to retire, one per line, or pass them with --keys KEY[,KEY]",
+    );
+  }
   const id = options.id ?? freshCheckpointId();
   return await withSession(options, io, "retire", async (session) => {
     const replies = await retire(session.participants, id, episodes, deadlineTs(options));

@@ -6,7 +6,7 @@
  *
  * @see docs/deployment.md
  */
-import { readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { z } from "zod";
 import { captureKey, EpisodeIdSchema } from "../identity/episode-id.js";
@@ -14,7 +14,7 @@ import { readCheckpoint } from "../store/records-reader.js";
 import { MANIFEST_FILE } from "../store/paths.js";
 import { PARTICIPANT_KINDS } from "../wire/control.js";
 import { encodeJson } from "../wire/json-value.js";
-import { CliError, describeError, type Io } from "./output.js";
+import { CliError, UsageError, describeError, type Io } from "./output.js";
 import { listCell, table, truncate } from "./table.js";
 
 /** How long a boundary summary may be, in characters. */
@@ -49,6 +49,11 @@ export interface InspectedParticipant {
 /** What inspect found. */
 export interface InspectReport {
   readonly checkpoint_dir: string;
+  /**
+   * Whether the directory holds a checkpoint at all: a `gym/` directory with at least one
+   * `<kind>/<instance>/` directory under it. When false, `problems` says what is missing.
+   */
+  readonly found: boolean;
   /** No corruption anywhere. */
   readonly ok: boolean;
   readonly participants: readonly InspectedParticipant[];
@@ -149,17 +154,29 @@ export async function inspectCheckpoint(checkpointDir: string): Promise<InspectR
   if (!isDir(gym)) {
     problems.push(
       isDir(dir)
-        ? `${dir} holds no checkpoint: ${gym} does not exist`
-        : `${dir} does not exist or is not a directory`,
+        ? "the directory has no gym/ subdirectory"
+        : existsSync(dir)
+          ? "it is not a directory"
+          : "the directory does not exist",
     );
-    return { checkpoint_dir: dir, ok: false, participants, episodes: [], problems, warnings };
+    return {
+      checkpoint_dir: dir,
+      found: false,
+      ok: false,
+      participants,
+      episodes: [],
+      problems,
+      warnings,
+    };
   }
+  let found = false;
   for (const kind of listDir(gym)) {
     const kindDir = path.join(gym, kind);
     if (!isDir(kindDir)) {
       warnings.push(`gym/${kind} is a file, not a participant kind directory`);
       continue;
     }
+    if (listDir(kindDir).some((entry) => isDir(path.join(kindDir, entry)))) found = true;
     if (!(PARTICIPANT_KINDS as readonly string[]).includes(kind)) {
       problems.push(
         `gym/${kind}: '${kind}' is not a participant kind (${PARTICIPANT_KINDS.join(", ")})`,
@@ -182,8 +199,8 @@ export async function inspectCheckpoint(checkpointDir: string): Promise<InspectR
       }
     }
   }
-  if (participants.length === 0 && problems.length === 0) {
-    problems.push(`${gym} holds no participant directory (gym/<kind>/<instance>/)`);
+  if (!found) {
+    problems.push("gym/ holds no participant directory (gym/<kind>/<instance>/)");
   }
   const ids = new Set(
     participants.map((p) => p.checkpoint_id).filter((id): id is string => id !== null),
@@ -199,6 +216,7 @@ export async function inspectCheckpoint(checkpointDir: string): Promise<InspectR
   ].sort();
   return {
     checkpoint_dir: dir,
+    found,
     ok: problems.length === 0,
     participants,
     episodes,
@@ -251,13 +269,25 @@ export function renderInspectReport(report: InspectReport): string {
   return parts.join("\n");
 }
 
-/** `gym ckpt inspect DIR`; returns the exit status (1 on any corruption). */
+/** A directory that holds no checkpoint was named where one is needed: bad usage. */
+export function noCheckpoint(report: InspectReport): UsageError {
+  return new UsageError(
+    `there is no checkpoint at ${report.checkpoint_dir}: ${report.problems.join("; ")}`,
+    "pass the directory a checkpoint was written to (the --dir of `gym ckpt commit` or `gym ckpt checkpoint`)",
+  );
+}
+
+/**
+ * `gym ckpt inspect DIR`; returns the exit status (1 on any corruption; a directory that holds
+ * no checkpoint at all is bad usage, 2).
+ */
 export async function inspectCommand(
   dir: string,
   options: { json?: boolean },
   io: Io,
 ): Promise<number> {
   const report = await inspectCheckpoint(path.resolve(io.cwd, dir));
+  if (!report.found) throw noCheckpoint(report);
   if (options.json === true) io.out(JSON.stringify(report, null, 2));
   else io.out(renderInspectReport(report));
   if (!report.ok) {

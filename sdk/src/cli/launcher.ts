@@ -17,7 +17,7 @@ import type { ResolvedDeployment } from "../wire/deployment.js";
 import { loadDeploymentFile, resolveDeployment } from "./deployment-file.js";
 import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
-import { cliModule, nodeCommand } from "./node-command.js";
+import { cliModule, isTypeScript, nodeCommand, tsxLoader } from "./node-command.js";
 import { CliError, UsageError, type Io } from "./output.js";
 import { chooseFreePorts } from "./ports.js";
 import { isProcessAlive, pollUntil, stopGroups, type GroupStop } from "./processes.js";
@@ -25,7 +25,7 @@ import {
   chooseStateFile,
   readState,
   removeFromState,
-  requireState,
+  runStateFile,
   statePaths,
   writeFileAtomic,
   type RunState,
@@ -94,6 +94,13 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     }
   }
   const targets = only ?? names;
+  // A TypeScript entrypoint runs under tsx: find it now, so a missing tsx starts nothing.
+  for (const name of targets) {
+    const entrypoint = loaded.servers[name]?.entrypoint;
+    if (entrypoint !== undefined && isTypeScript(entrypoint)) {
+      tsxLoader(loaded.dir, `server ${name} (${relative(io, entrypoint)})`);
+    }
+  }
   const existing = readState(stateFile);
   const alive = (entry: StateServer | undefined): boolean =>
     entry !== undefined && isProcessAlive(entry.pid);
@@ -219,7 +226,7 @@ async function runDetached(plan: ServePlan, planFile: string, io: Io): Promise<R
   if (child.connected) child.disconnect();
   child.unref();
   if (result.type === "ready") return result.state;
-  if (result.type === "failed") throw new CliError(result.message);
+  if (result.type === "failed") throw new CliError(result.message, result.hint);
   if (child.pid !== undefined && result.exit.error === "timeout") {
     await stopGroups([child.pid], { graceMs: 1_000 });
   }
@@ -267,7 +274,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
   if (options.signal === undefined) for (const signal of signals) process.on(signal, onSignal);
   else if (options.signal.aborted) stop.resolve();
   else options.signal.addEventListener("abort", onSignal, { once: true });
-  let failure: string | null = null;
+  let failure: { message: string; hint: string | null } | null = null;
   try {
     const code = await supervise(plan, io, {
       onReady: (state) => {
@@ -277,12 +284,15 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
             "press Ctrl-C to stop every server",
         );
       },
-      onFailed: (message) => {
-        failure = message;
+      onFailed: (message, hint) => {
+        failure = { message, hint };
       },
       stopRequested: stop.promise,
     });
-    if (failure !== null) throw new CliError(failure);
+    if (failure !== null) {
+      const { message, hint } = failure;
+      throw new CliError(message, hint);
+    }
     return code;
   } finally {
     if (options.signal === undefined) for (const signal of signals) process.off(signal, onSignal);
@@ -307,10 +317,22 @@ export interface StopOptions {
   readonly json?: boolean;
 }
 
-/** `gym stop`; returns the exit status (1 when a process group survived). */
+/**
+ * `gym stop`; returns the exit status (1 when a process group survived). Stopping is
+ * idempotent: with no state file there is nothing to stop, which is said, and the status is 0.
+ */
 export async function stop(options: StopOptions, io: Io): Promise<number> {
-  const stateFile = chooseStateFile({ ...options, cwd: io.cwd });
-  const state = requireState(stateFile);
+  const stateFile = runStateFile({ ...options, cwd: io.cwd });
+  const state = readState(stateFile);
+  if (state === null) {
+    if (options.json === true) {
+      io.out(JSON.stringify({ state_file: stateFile, servers: {} }, null, 2));
+    }
+    io.err(
+      `gym: no running deployment: there is no state file at ${relative(io, stateFile)}; nothing to stop`,
+    );
+    return 0;
+  }
   const names = Object.keys(state.servers);
   const targets = options.only === undefined ? names : [...new Set(options.only)];
   for (const name of targets) {

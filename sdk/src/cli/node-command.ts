@@ -21,8 +21,11 @@ export function isTypeScript(file: string): boolean {
   return /\.[cm]?tsx?$/.test(file);
 }
 
-/** The file URL of tsx's loader, looked up from `fromDir` first, then from this CLI. */
-export function tsxLoader(fromDir: string): string {
+/**
+ * The file URL of tsx's loader, looked up from `fromDir` first, then from this CLI. `forWhat`
+ * names what needs it in the error when tsx cannot be found.
+ */
+export function tsxLoader(fromDir: string, forWhat = "a TypeScript module"): string {
   for (const base of [path.join(fromDir, "noop.js"), fileURLToPath(import.meta.url)]) {
     try {
       return pathToFileURL(createRequire(base).resolve("tsx")).href;
@@ -31,8 +34,10 @@ export function tsxLoader(fromDir: string): string {
     }
   }
   throw new CliError(
-    "a TypeScript module must be started, but tsx cannot be found",
-    "install it (npm install --save-dev tsx) or build the server to JavaScript and point the entrypoint at the .js file",
+    `${forWhat} is TypeScript and must run under tsx, but tsx cannot be found ` +
+      `(looked up from ${fromDir} and from gym itself)`,
+    "install tsx as a dependency next to the server (npm install tsx), " +
+      "or build the server to JavaScript and point its entrypoint at the built .js file",
   );
 }
 

@@ -35,23 +35,27 @@ Commands and their options:
       --state FILE              the state file (default: .gym/run.json next to the deployment)
       --health-timeout 30s      how long each server gets to answer GET /health
       --grace 15s               SIGTERM → SIGKILL delay when stopping
-  gym stop                      stop every server of the run (SIGTERM, then SIGKILL after --grace)
+  gym stop [deployment.yaml]    stop every server of the run (SIGTERM, then SIGKILL after --grace);
+                                nothing running is not an error
       --kill                    SIGKILL every process group at once (simulates a crash)
       --only NAME[,NAME]  --state FILE  --deployment FILE  --grace 15s  --json
   gym ckpt <verb>               the checkpoint controller from a shell (gym ckpt --help):
-      status                                  every participant's status
+      status [--deadline 30s]                 every participant's status
       prepare --id ID [--deadline 30s]        prepare in stage order; blockers and restarts
       commit --id ID --dir DIR [--scope continued|all] [--episodes FILE]
       resume --id ID                          resume in reverse stage order
       checkpoint --dir DIR [--deadline 30s]   prepare + commit + resume with a fresh ID, timed
       restore --id ID --dir DIR (--episodes FILE | --all) [--resume]
-      retire --episodes KEY[,KEY] [--id ID]   stop attempts everywhere, callers first
+      retire (--episodes FILE | --keys KEY[,KEY]) [--id ID]
+                                              stop attempts everywhere, callers first
       forget --rollouts ID[,ID] [--id ID]     drop the retired marks of finished rollouts
       inspect DIR                             verify and list a checkpoint, no server needed
       every verb but inspect: --state FILE | --deployment FILE, --json, --deadline DURATION
   gym openapi [--out DIR] [--check]           write (or check) the generated OpenAPI documents
 
 Durations: 500ms, 30s, 2m. Capture keys: task-3 (attempt 0), task-3-a1 (attempt 1).
+--episodes FILE is always a file of capture keys, one per line; --keys lists them inline.
+Only serve and stop take the deployment file as an argument; ckpt verbs take --deployment FILE.
 Exit status: 0 success; 1 failed or refused (the reason and what to do are printed); 2 bad usage.
 
 Example:
@@ -72,6 +76,9 @@ replies as JSON with --json. --deadline bounds each step (default ${formatDurati
 commit's default scope (continued) sends episode_ids: null when the last prepare of that ID
 reported no restarts; when it reported some, pass --episodes FILE (capture keys in flight, one
 per line) and the restarts are left out, or --scope all.
+
+--episodes FILE is a file of capture keys, one per line, for every verb that takes it; retire
+also takes the keys inline with --keys KEY[,KEY].
 
 Exit status: 0 success; 1 refused (each server's error code is printed, with what to do); 2 bad usage.`;
 
@@ -125,13 +132,12 @@ function common(flags: CommonCkptFlags): {
   };
 }
 
-function withCommon(command: Command, deadline = true): Command {
-  command
+function withCommon(command: Command): Command {
+  return command
     .option("--state <file>", "the run's state file (default: .gym/run.json)")
     .option("--deployment <file>", "find the state file next to this deployment file")
-    .option("--json", "print the replies as JSON");
-  if (deadline) command.option("--deadline <duration>", "bound of each step, e.g. 30s", "30s");
-  return command;
+    .option("--json", "print the replies as JSON")
+    .option("--deadline <duration>", "bound of each step, e.g. 30s", "30s");
 }
 
 /** Builds the `gym` program; actions report their status through `handlers`. */
@@ -203,6 +209,7 @@ function buildProgram(handlers: Handlers): Command {
   program
     .command("stop")
     .description("stop the servers of a run: SIGTERM each process group, SIGKILL after --grace")
+    .argument("[deployment]", "the deployment file the run was started from (as --deployment)")
     .option("--state <file>", "the run's state file (default: .gym/run.json)")
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--kill", "SIGKILL every process group at once (simulates a crash)")
@@ -211,20 +218,29 @@ function buildProgram(handlers: Handlers): Command {
     .option("--json", "print the outcome as JSON")
     .action(
       run(
-        async (flags: {
-          state?: string;
-          deployment?: string;
-          kill?: boolean;
-          only?: string;
-          grace?: string;
-          json?: boolean;
-        }) => {
+        async (
+          positional: string | undefined,
+          flags: {
+            state?: string;
+            deployment?: string;
+            kill?: boolean;
+            only?: string;
+            grace?: string;
+            json?: boolean;
+          },
+        ) => {
           handlers.json(flags.json === true);
+          if (positional !== undefined && flags.deployment !== undefined) {
+            throw new UsageError(
+              "the deployment file is given twice (as an argument and with --deployment)",
+              "pass it once: gym stop FILE, or gym stop --deployment FILE",
+            );
+          }
           const { stop } = await import("./launcher.js");
           return await stop(
             {
               state: flags.state,
-              deployment: flags.deployment,
+              deployment: positional ?? flags.deployment,
               kill: flags.kill === true,
               only: flags.only === undefined ? undefined : splitList(flags.only, "--only"),
               graceMs: duration(flags.grace, "--grace", DEFAULT_GRACE_MS),
@@ -241,10 +257,7 @@ function buildProgram(handlers: Handlers): Command {
     .description("drive checkpoints of the running deployment (gym ckpt --help for the verbs)")
     .addHelpText("after", CKPT_HELP);
 
-  withCommon(
-    ckpt.command("status").description("every participant's status, as a table"),
-    false,
-  ).action(
+  withCommon(ckpt.command("status").description("every participant's status, as a table")).action(
     run(async (flags: CommonCkptFlags) => {
       handlers.json(flags.json === true);
       const { statusCommand } = await import("./ckpt.js");
@@ -371,14 +384,18 @@ function buildProgram(handlers: Handlers): Command {
     ckpt
       .command("retire")
       .description("stop these attempts (and earlier ones) everywhere, callers first")
-      .requiredOption("--episodes <keys>", "capture keys, KEY[,KEY]")
+      .option("--episodes <file>", "the attempts to stop: capture keys, one per line")
+      .option("--keys <keys>", "the attempts to stop, inline: capture keys, KEY[,KEY]")
       .option("--id <id>", "checkpoint ID for fencing (default: a fresh one)"),
   ).action(
-    run(async (flags: CommonCkptFlags & { episodes: string; id?: string }) => {
+    run(async (flags: CommonCkptFlags & { episodes?: string; keys?: string; id?: string }) => {
       handlers.json(flags.json === true);
       const { retireCommand } = await import("./ckpt.js");
       return await retireCommand(
-        splitList(flags.episodes, "--episodes"),
+        {
+          file: flags.episodes,
+          keys: flags.keys === undefined ? undefined : splitList(flags.keys, "--keys"),
+        },
         { ...common(flags), id: flags.id === undefined ? undefined : checkpointId(flags.id) },
         io,
       );
@@ -465,6 +482,15 @@ export async function runCli(argv: readonly string[], io: Io = processIo()): Pro
   } catch (error) {
     if (error instanceof CommanderError) {
       // Commander printed the message (and the usage hint) already.
+      if (
+        error.code === "commander.excessArguments" &&
+        argv[0] === "ckpt" &&
+        argv[1] !== "inspect"
+      ) {
+        io.err(
+          "what to do: gym ckpt verbs take the deployment as --deployment FILE (or its state file as --state FILE)",
+        );
+      }
       return error.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
     if (error instanceof CliError) {

@@ -5,12 +5,13 @@
  *
  * @see docs/deployment.md
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
+import path from "node:path";
 import { z } from "zod";
 import { ResolvedDeploymentSchema, SERVER_KINDS } from "../wire/deployment.js";
 import { PrepareReplySchema } from "../wire/control.js";
-import { CliError } from "./output.js";
-import { writeFileAtomic, writeStateFile } from "./state-io.js";
+import { CliError, UsageError } from "./output.js";
+import { chooseStateFile, writeFileAtomic, writeStateFile } from "./state-io.js";
 
 export {
   LAST_PREPARE_FILE_NAME,
@@ -100,6 +101,35 @@ export function requireState(stateFile: string): RunState {
     );
   }
   return state;
+}
+
+/**
+ * The state file of a run that `gym stop` and `gym ckpt` act on ({@link chooseStateFile}), after
+ * checking that a `--deployment` file (when it is what locates the state) exists: a mistyped
+ * deployment path is named as such, not reported as a missing run.
+ */
+export function runStateFile(options: {
+  state?: string | undefined;
+  deployment?: string | undefined;
+  cwd: string;
+}): string {
+  if (options.state === undefined && options.deployment !== undefined) {
+    const file = path.resolve(options.cwd, options.deployment);
+    let problem: string | null = null;
+    try {
+      if (!statSync(file).isFile()) problem = "is not a file";
+    } catch {
+      problem = "does not exist";
+    }
+    if (problem !== null) {
+      throw new UsageError(
+        `the deployment file ${file} ${problem}`,
+        "pass the deployment file the run was started from (`gym serve FILE`) with --deployment FILE, " +
+          "or the run's state file with --state FILE",
+      );
+    }
+  }
+  return chooseStateFile(options);
 }
 
 /** Writes the state file. */

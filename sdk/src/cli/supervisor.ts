@@ -28,7 +28,7 @@ import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
 import { FAILED_LOG_LINES } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
-import { describeError, type Io } from "./output.js";
+import { CliError, describeError, type Io } from "./output.js";
 import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
 import type { RunState, StateServer } from "./state-file.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
@@ -93,12 +93,16 @@ function expectedExit(exit: Exit): boolean {
   return exit.code === 0 || exit.signal === "SIGTERM" || exit.signal === "SIGINT";
 }
 
-/** The last `count` lines of a file (none when it cannot be read); reads only its tail. */
-export function lastLines(file: string, count: number): string[] {
+/**
+ * The last `count` lines of a file written at or after byte `from` (none when it cannot be
+ * read); reads only its tail. A server's log is appended to across runs: `from` is where this
+ * run's part starts, so lines of earlier runs are never shown as this one's.
+ */
+export function lastLines(file: string, count: number, from = 0): string[] {
   let text: string;
   try {
     const size = statSync(file).size;
-    const start = Math.max(0, size - 64 * 1024);
+    const start = Math.max(0, from, size - 64 * 1024);
     const buffer = Buffer.alloc(size - start);
     const fd = openSync(file, "r");
     try {
@@ -172,21 +176,32 @@ function startChild(plan: ServePlan, server: PlannedServer): Child {
   return record;
 }
 
+/** Why a server did not come up; `timedOut` when it was still running but never healthy. */
+export interface StartFailure {
+  readonly reason: string;
+  readonly timedOut: boolean;
+}
+
 async function waitHealthy(
   child: Child,
   url: string,
   timeoutMs: number,
   cancel: AbortSignal,
-): Promise<string | null> {
+): Promise<StartFailure | null> {
   const end = Date.now() + timeoutMs;
   const exited = new AbortController();
   void child.exit.then(() => exited.abort());
   for (;;) {
-    if (child.exited !== null) return `${describeExit(child.exited)} during startup`;
+    if (child.exited !== null) {
+      return { reason: `${describeExit(child.exited)} during startup`, timedOut: false };
+    }
     if (cancel.aborted) return null;
     const left = end - Date.now();
     if (left <= 0) {
-      return `did not answer GET ${url}/health within ${formatDuration(timeoutMs)}`;
+      return {
+        reason: `did not answer GET ${url}/health within ${formatDuration(timeoutMs)}`,
+        timedOut: true,
+      };
     }
     try {
       const response = await fetch(`${url}/health`, {
@@ -249,12 +264,48 @@ function tailLogs(children: readonly Child[], io: Io): { stop(): Promise<void> }
   };
 }
 
+/** One server that did not come up, with this run's last lines of its log. */
+export interface FailedServer extends StartFailure {
+  readonly name: string;
+  readonly log: string;
+  readonly lines: readonly string[];
+}
+
+/**
+ * What a failed start prints: each failed server's reason and log lines, then what to do. A
+ * server that was still running but never answered gets the `--health-timeout` advice too.
+ */
+export function startFailureReport(
+  failed: readonly FailedServer[],
+  others: number,
+  healthTimeoutMs: number,
+): { message: string; hint: string } {
+  const parts = failed.map(
+    ({ name, reason, log, lines }) =>
+      `server ${name} failed to start: it ${reason}\n` +
+      `last ${lines.length} lines of ${log}:\n` +
+      (lines.length === 0 ? "  (empty)" : lines.map((line) => `  | ${line}`).join("\n")),
+  );
+  const message =
+    parts.join("\n\n") +
+    (others > 0 ? `\n\nstopped the ${plural(others, "other server")} started with it` : "");
+  const slow = failed.filter((server) => server.timedOut).map((server) => server.name);
+  const fix = "fix the server (its log is above) and run `gym serve` again";
+  if (slow.length === 0) return { message, hint: fix };
+  // A server that runs but has not answered may just be slow to start (a cold tsx compile).
+  const longer = `--health-timeout ${Math.ceil(Math.max(healthTimeoutMs * 2, 60_000) / 1_000)}s`;
+  const hint =
+    `if ${slow.join(", ")} ${slow.length === 1 ? "is" : "are"} only slow to start, ` +
+    `give ${slow.length === 1 ? "it" : "them"} longer with ${longer}; otherwise ${fix}`;
+  return { message, hint };
+}
+
 /** What the supervisor reports to whoever started it. */
 export interface SuperviseHooks {
   /** Every server answers `GET /health`; the state file is written. */
   onReady(state: RunState): void;
-  /** The start failed; every server started was stopped. */
-  onFailed(message: string): void;
+  /** The start failed; every server started was stopped. `hint` says what to do. */
+  onFailed(message: string, hint: string | null): void;
   /** Resolves when the supervisor is asked to stop everything it started. */
   readonly stopRequested: Promise<void>;
 }
@@ -287,40 +338,40 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
       interrupted = true;
       cancel.abort();
     });
-    const failures: { child: Child; reason: string }[] = [];
+    const failures: { child: Child; failure: StartFailure }[] = [];
     await Promise.all(
       children.map(async (child, index) => {
         const server = plan.servers[index];
         if (server === undefined) return;
-        const reason = await waitHealthy(child, server.url, plan.health_timeout_ms, cancel.signal);
-        if (reason !== null) {
-          failures.push({ child, reason });
+        const failure = await waitHealthy(child, server.url, plan.health_timeout_ms, cancel.signal);
+        if (failure !== null) {
+          failures.push({ child, failure });
           cancel.abort();
         }
       }),
     );
     if (failures.length > 0) {
-      // The lines the server wrote while failing, before stopping adds its own.
+      // The lines the server wrote while failing (this run's only), before stopping adds its own.
       const logs = new Map(
-        failures.map(({ child }) => [child, lastLines(child.log, FAILED_LOG_LINES)]),
+        failures.map(({ child }) => [
+          child,
+          lastLines(child.log, FAILED_LOG_LINES, child.logStart),
+        ]),
       );
       await stopChildren(children, plan.grace_ms);
       await tail?.stop();
       tail = null;
-      const parts = failures.map(({ child, reason }) => {
-        const lines = logs.get(child) ?? [];
-        return (
-          `server ${child.name} failed to start: it ${reason}\n` +
-          `last ${lines.length} lines of ${child.log}:\n` +
-          (lines.length === 0 ? "  (empty)" : lines.map((line) => `  | ${line}`).join("\n"))
-        );
-      });
-      const others = children.length - failures.length;
-      hooks.onFailed(
-        `${parts.join("\n\n")}\n\n` +
-          (others > 0 ? `stopped the ${plural(others, "other server")} started with it\n` : "") +
-          "fix the server (its log is above) and run `gym serve` again",
+      const report = startFailureReport(
+        failures.map(({ child, failure }) => ({
+          name: child.name,
+          log: child.log,
+          lines: logs.get(child) ?? [],
+          ...failure,
+        })),
+        children.length - failures.length,
+        plan.health_timeout_ms,
       );
+      hooks.onFailed(report.message, report.hint);
       return 1;
     }
 
@@ -330,6 +381,7 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
       tail = null;
       hooks.onFailed(
         `interrupted before every server was up: stopped the ${plural(children.length, "server")} started`,
+        null,
       );
       return 1;
     }
@@ -399,14 +451,16 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
   } catch (error) {
     await stopChildren(children, plan.grace_ms).catch(() => []);
     await tail?.stop();
-    hooks.onFailed(`gym serve failed: ${describeError(error)}`);
+    // A CliError (tsx missing, say) knows what to do; anything else is reported as it is.
+    if (error instanceof CliError) hooks.onFailed(error.message, error.hint);
+    else hooks.onFailed(`gym serve failed: ${describeError(error)}`, null);
     return 1;
   }
 }
 
 /** Messages the detached supervisor sends to `gym serve --detach`. */
 export type SupervisorMessage =
-  { type: "ready"; state: RunState } | { type: "failed"; message: string };
+  { type: "ready"; state: RunState } | { type: "failed"; message: string; hint: string | null };
 
 /** The body of the detached supervisor process (`supervisor-process <plan file>`). */
 export async function runSupervisorProcess(argv: readonly string[]): Promise<number> {
@@ -437,9 +491,9 @@ export async function runSupervisorProcess(argv: readonly string[]): Promise<num
       io.err("every server is healthy");
       send({ type: "ready", state });
     },
-    onFailed: (message) => {
-      io.err(message);
-      send({ type: "failed", message });
+    onFailed: (message, hint) => {
+      io.err(hint === null ? message : `${message}\nwhat to do: ${hint}`);
+      send({ type: "failed", message, hint });
     },
     stopRequested: stop.promise,
   });

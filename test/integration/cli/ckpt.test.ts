@@ -4,6 +4,7 @@
  * the tables, the JSON, and what the participants end up holding.
  */
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -157,8 +158,38 @@ describe("status", () => {
     const { code, err } = await gym("ckpt", "status", "--state", stateFile);
     expect(code).toBe(1);
     expect(err).toMatch(/discovering the participants failed on 1 participant\(s\)/);
-    expect(err).toMatch(/counter\s+-\s+counter: GET .* cannot connect/);
-    expect(err).toMatch(/what to do: is the deployment running\?/);
+    // The SERVER column names it; the detail does not repeat the name.
+    expect(err).toMatch(/counter\s+-\s+GET .* cannot connect/);
+    expect(err).not.toMatch(/counter: GET/);
+    expect(err).toMatch(
+      /what to do: is the deployment running\? if not, start it with `gym serve .*deployment\.yaml`; if it is, see why counter did not answer in its log, .*counter\.log/,
+    );
+    expect(err).not.toMatch(/what to do: .*gym ckpt status/);
+  });
+
+  it("takes --deadline, bounding discovery and the status calls together", async () => {
+    const { stateFile } = await deploy();
+    expect((await gym("ckpt", "status", "--state", stateFile, "--deadline", "5s")).code).toBe(0);
+    // A server that accepts connections and never answers: only the deadline ends the wait.
+    const sockets = new Set<Socket>();
+    const silent = createServer((socket) => void sockets.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const port = (silent.address() as { port: number }).port;
+    const state = JSON.parse(await readFile(stateFile, "utf8")) as RunState;
+    const counter = state.deployment.servers.counter;
+    if (counter === undefined) throw new Error("no counter in the state file");
+    state.deployment.servers.counter = { ...counter, port, url: `http://127.0.0.1:${port}` };
+    writeState(stateFile, state);
+    try {
+      const started = Date.now();
+      const { code, err } = await gym("ckpt", "status", "--state", stateFile, "--deadline", "1s");
+      expect(code).toBe(1);
+      expect(err).toMatch(/counter\s+-\s+no status reply within 1 seconds/);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
   });
 });
 
@@ -396,14 +427,7 @@ describe("checkpoint, restore, retire, forget", () => {
       (await gym("ckpt", "resume", "--id", "restore-1", "--state", second.stateFile)).code,
     ).toBe(0);
 
-    const retired = await gym(
-      "ckpt",
-      "retire",
-      "--episodes",
-      "task-1-a1",
-      "--state",
-      second.stateFile,
-    );
+    const retired = await gym("ckpt", "retire", "--keys", "task-1-a1", "--state", second.stateFile);
     expect(retired.code).toBe(0);
     expect(retired.out).toMatch(/counter\s+resources\s+1/);
     expect(retired.out).toMatch(/next attempts: task-1-a2/);
@@ -508,9 +532,73 @@ describe("checkpoint, restore, retire, forget", () => {
     expect(code).toBe(1);
     expect(err).toMatch(/counter\s+invalid_checkpoint_state/);
     expect(err).toMatch(
-      /what to do: the checkpoint directory cannot be used: check it with `gym ckpt inspect DIR`/,
+      /what to do: the checkpoint directory cannot be restored from \(see DETAIL\): check it with `gym ckpt inspect DIR`/,
     );
     const status = await gym("ckpt", "status", "--state", second.stateFile, "--json");
     expect(JSON.parse(status.out).servers.counter.phase).toBe("idle");
+  });
+});
+
+describe("what to do follows what went wrong", () => {
+  it("a checkpoint into a directory already used says to use a fresh --dir", async () => {
+    const { stateFile, dir } = await deploy();
+    const checkpointDir = path.join(dir, "ckpt");
+    expect(
+      (await gym("ckpt", "checkpoint", "--dir", checkpointDir, "--state", stateFile)).code,
+    ).toBe(0);
+    const again = await gym("ckpt", "checkpoint", "--dir", checkpointDir, "--state", stateFile);
+    expect(again.code).toBe(1);
+    expect(again.err).toMatch(
+      /counter\s+invalid_checkpoint_state\s+.*already holds a different commit/,
+    );
+    expect(again.err).toMatch(
+      /what to do: the directory already holds another checkpoint's commit: write each checkpoint to a fresh directory \(a new --dir\)/,
+    );
+    expect(again.err).not.toMatch(/what to do: .*gym ckpt inspect/);
+  });
+
+  it("restore --all from a directory holding no checkpoint is bad usage (exit 2)", async () => {
+    const { stateFile, dir } = await deploy();
+    const { code, err } = await gym(
+      "ckpt",
+      "restore",
+      "--id",
+      "r",
+      "--dir",
+      path.join(dir, "nope"),
+      "--all",
+      "--state",
+      stateFile,
+    );
+    expect(code).toBe(2);
+    expect(err).toMatch(/there is no checkpoint at .*nope: .* does not exist/);
+  });
+});
+
+describe("retire takes a file with --episodes, as every verb does, or --keys inline", () => {
+  it("retires the capture keys of an --episodes file", async () => {
+    const { stateFile, dir, counterUrl } = await deploy();
+    const file = path.join(dir, "keys.txt");
+    await writeFile(file, "# to retire\ntask-2\n");
+    const { code, out } = await gym("ckpt", "retire", "--episodes", file, "--state", stateFile);
+    expect(code).toBe(0);
+    expect(out).toMatch(/retired task-2 \(and earlier attempts\); next attempts: task-2-a1/);
+    expect((await episodesOf(counterUrl)).live).toEqual(["task-1", "task-3"]);
+  });
+
+  it("refuses --episodes naming no file instead of retiring a rollout of that name", async () => {
+    const { stateFile, counterUrl } = await deploy();
+    const { code, err } = await gym(
+      "ckpt",
+      "retire",
+      "--episodes",
+      "keys.txt",
+      "--state",
+      stateFile,
+    );
+    expect(code).toBe(2);
+    expect(err).toMatch(/cannot read the episodes file .*keys\.txt/);
+    expect(err).toMatch(/what to do: .*use --keys KEY\[,KEY\]/);
+    expect((await episodesOf(counterUrl)).live).toEqual(["task-1", "task-2", "task-3"]);
   });
 });

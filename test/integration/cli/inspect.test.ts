@@ -3,7 +3,7 @@
  * corrupted every way a restore would refuse: exit 0 listing participants, episodes and
  * boundaries, or exit 1 naming the participant and the problem.
  */
-import { cp, mkdtemp, readdir, readFile, rm, rename, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, rename, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -185,12 +185,6 @@ describe("a corrupt checkpoint exits 1 naming the participant and the problem", 
     expect(err).toMatch(/agent\/simple_agent: the checkpoint holds a record that is not JSON/);
   });
 
-  it("a directory holding no checkpoint", async () => {
-    const { code, err } = await gym("ckpt", "inspect", root);
-    expect(code).toBe(1);
-    expect(err).toMatch(/holds no checkpoint: .*\/gym does not exist/);
-  });
-
   it("reports every corrupt participant, not only the first", async () => {
     const dir = await copy();
     await rm(path.join(dir, "gym", "agent", "simple_agent", "manifest.json"));
@@ -199,5 +193,32 @@ describe("a corrupt checkpoint exits 1 naming the participant and the problem", 
     expect(report.ok).toBe(false);
     expect(report.problems).toHaveLength(2);
     expect(report.participants.find((p) => p.instance === "counter")?.ok).toBe(true);
+  });
+});
+
+describe("a directory holding no checkpoint is bad usage (exit 2), not a corrupt checkpoint", () => {
+  it.each([
+    [
+      "does not exist",
+      () => Promise.resolve(path.join(root, "nope")),
+      /the directory does not exist/,
+    ],
+    ["has no gym/", () => Promise.resolve(root), /the directory has no gym\/ subdirectory/],
+    [
+      "has an empty gym/",
+      async () => {
+        const dir = path.join(root, "empty-gym");
+        await mkdir(path.join(dir, "gym", "resources"), { recursive: true });
+        return dir;
+      },
+      /gym\/ holds no participant directory/,
+    ],
+  ])("a directory that %s", async (_, make, why) => {
+    const dir = await make();
+    const { code, out, err } = await gym("ckpt", "inspect", dir);
+    expect(code).toBe(2);
+    expect(err).toMatch(new RegExp(`there is no checkpoint at ${dir}: ${why.source}`));
+    expect(err).toMatch(/what to do: pass the directory a checkpoint was written to/);
+    expect(`${out}${err}`).not.toMatch(/CORRUPT|do not restore/);
   });
 });

@@ -1,6 +1,12 @@
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
 import type { Io } from "../../../sdk/src/cli/output.js";
 import { runCli } from "../../../sdk/src/cli/program.js";
+
+const temp = mkdtempSync(path.join(tmpdir(), "gym-program-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   let out = "";
@@ -89,9 +95,25 @@ describe("bad usage exits 2 with a hint", () => {
       /Allowed choices are continued, all/,
     ],
     [["ckpt", "prepare", "--id", "bad id"], /--id "bad id" is not a checkpoint ID/],
-    [["ckpt", "status", "--deadline", "30"], /unknown option/],
+    [["ckpt", "status", "--deadline", "30"], /add a unit: 30s/],
     [["ckpt", "prepare", "--id", "x", "--deadline", "30"], /add a unit: 30s/],
-    [["ckpt", "retire", "--episodes", ","], /--episodes needs at least one item/],
+    [["ckpt", "retire", "--keys", ","], /--keys needs at least one item/],
+    [["ckpt", "retire"], /retire needs the attempts to stop/],
+    [["ckpt", "retire", "--episodes", "f", "--keys", "k"], /--episodes and --keys cannot be/],
+    [
+      ["ckpt", "retire", "--episodes", "/nonexistent/task-1-a1"],
+      /cannot read the episodes file .*\nwhat to do: .*to name the keys inline, use --keys/,
+    ],
+    [
+      ["ckpt", "status", "deployment.yaml"],
+      /too many arguments[\s\S]*what to do: gym ckpt verbs take the deployment as --deployment FILE/,
+    ],
+    [
+      ["ckpt", "status", "--deployment", "/nonexistent/d.yaml"],
+      /the deployment file \/nonexistent\/d\.yaml does not exist/,
+    ],
+    [["stop", "/nonexistent/d.yaml"], /the deployment file \/nonexistent\/d\.yaml does not exist/],
+    [["stop", "a.yaml", "--deployment", "b.yaml"], /the deployment file is given twice/],
     [["ckpt", "forget", "--rollouts", "r-a1"], /not a rollout ID/],
     [["serve", "x.yaml", "--detach", "--foreground"], /cannot be combined/],
     [["serve", "x.yaml", "--health-timeout", "0s"], /--health-timeout must be longer than 0/],
@@ -100,6 +122,15 @@ describe("bad usage exits 2 with a hint", () => {
     const { code, err } = await gym(...(argv as string[]));
     expect(code).toBe(2);
     expect(err).toMatch(message);
+  });
+});
+
+describe("a missing deployment file is named as such", () => {
+  it("gym ckpt status --deployment names it, not a missing state file (exit 2)", async () => {
+    const { code, err } = await gym("ckpt", "status", "--deployment", "/nonexistent/d.yaml");
+    expect(code).toBe(2);
+    expect(err).not.toMatch(/no state file/);
+    expect(err).toMatch(/what to do: pass the deployment file the run was started from/);
   });
 });
 
@@ -117,5 +148,25 @@ describe("failures exit 1 and say what to do", () => {
     const { code, err } = await gym("serve", "/nonexistent/deployment.yaml");
     expect(code).toBe(1);
     expect(err).toMatch(/no such file/);
+  });
+});
+
+describe("gym stop is idempotent", () => {
+  it("exits 0 saying there is nothing to stop when no state file exists", async () => {
+    const { code, err } = await gym("stop", "--state", path.join(temp, "none", "run.json"));
+    expect(code).toBe(0);
+    expect(err).toMatch(/no running deployment: there is no state file at .*; nothing to stop/);
+  });
+
+  it("takes the deployment file as an argument, as gym serve does", async () => {
+    const deployment = path.join(temp, "deployment.yaml");
+    writeFileSync(deployment, "servers: {}\n");
+    const { code, out, err } = await gym("stop", deployment, "--json");
+    expect(code).toBe(0);
+    expect(JSON.parse(out)).toEqual({
+      state_file: path.join(temp, ".gym", "run.json"),
+      servers: {},
+    });
+    expect(err).toMatch(/nothing to stop/);
   });
 });

@@ -1,0 +1,59 @@
+/**
+ * A failed start through the supervisor, with a real server process: what it prints comes from
+ * this start's part of the server's log only (earlier runs are appended before it), and a health
+ * timeout is told about `--health-timeout`.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { planServe } from "../../../sdk/src/cli/launcher.js";
+import type { Io } from "../../../sdk/src/cli/output.js";
+import { supervise } from "../../../sdk/src/cli/supervisor.js";
+
+const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
+const temp = mkdtempSync(path.join(tmpdir(), "gym-start-failure-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
+
+const io: Io = { out: () => {}, err: () => {}, cwd: temp, env: {} };
+
+describe("a failed start", { timeout: 60_000 }, () => {
+  it("shows only this start's log lines and points a health timeout at --health-timeout", async () => {
+    const deployment = path.join(temp, "deployment.yaml");
+    writeFileSync(
+      deployment,
+      readFileSync(path.join(FIXTURES, "deployments", "never-healthy.yaml"), "utf8").replaceAll(
+        "../servers/",
+        `${path.join(FIXTURES, "servers")}/`,
+      ),
+    );
+    const logs = path.join(temp, ".gym", "logs");
+    mkdirSync(logs, { recursive: true });
+    writeFileSync(
+      path.join(logs, "silent.log"),
+      "=== gym serve: starting silent at 2025-01-01T00:00:00.000Z ===\nline of an earlier run\n",
+    );
+    const plan = await planServe({ deploymentFile: deployment, healthTimeoutMs: 1_500 }, io);
+    let failed: { message: string; hint: string | null } | null = null;
+    const code = await supervise({ ...plan, grace_ms: 1_000 }, io, {
+      onReady: () => {
+        throw new Error("the server must not come up");
+      },
+      onFailed: (message, hint) => {
+        failed = { message, hint };
+      },
+      stopRequested: new Promise<void>(() => {}),
+    });
+    expect(code).toBe(1);
+    const { message, hint } = failed ?? { message: "", hint: null };
+    expect(message).toMatch(
+      /server silent failed to start: it did not answer GET .*\/health within 1\.5 s/,
+    );
+    expect(message).not.toMatch(/earlier run|=== gym serve/);
+    expect(hint).toMatch(/give it longer with --health-timeout 60s/);
+    // The whole log keeps both runs.
+    const log = readFileSync(path.join(logs, "silent.log"), "utf8");
+    expect(log.match(/=== gym serve: starting silent/g)).toHaveLength(2);
+  });
+});

@@ -1,0 +1,57 @@
+/**
+ * `gym serve` with a TypeScript entrypoint where tsx cannot be found: nothing is started, and the
+ * error ends with what to do. tsx is always installed in this repository, so its lookup is made
+ * to fail here.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import type { Io } from "../../../sdk/src/cli/output.js";
+import { runCli } from "../../../sdk/src/cli/program.js";
+
+vi.mock("node:module", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("node:module")>();
+  const createRequire = (base: string | URL): NodeJS.Require => {
+    const require = actual.createRequire(base);
+    const resolve = (id: string, options?: { paths?: string[] }): string => {
+      if (id === "tsx")
+        throw Object.assign(new Error("Cannot find module 'tsx'"), { code: "MODULE_NOT_FOUND" });
+      return require.resolve(id, options);
+    };
+    return Object.assign(require, {
+      resolve: Object.assign(resolve, { paths: require.resolve.paths }),
+    });
+  };
+  return { ...actual, createRequire, default: { ...actual, createRequire } };
+});
+
+const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
+const temp = mkdtempSync(path.join(tmpdir(), "gym-no-tsx-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
+
+describe("gym serve without tsx", () => {
+  it("starts nothing and says to install tsx or point the entrypoint at the built .js", async () => {
+    const deployment = path.join(temp, "deployment.yaml");
+    writeFileSync(
+      deployment,
+      readFileSync(path.join(FIXTURES, "deployments", "never-healthy.yaml"), "utf8").replaceAll(
+        "../servers/",
+        `${path.join(FIXTURES, "servers")}/`,
+      ),
+    );
+    let err = "";
+    const io: Io = { out: () => {}, err: (text) => void (err += `${text}\n`), cwd: temp, env: {} };
+    const code = await runCli(["serve", deployment, "--detach"], io);
+    expect(code).toBe(1);
+    expect(err).toMatch(
+      /gym: server silent \(.*never-healthy\.ts\) is TypeScript and must run under tsx, but tsx cannot be found/,
+    );
+    expect(err).toMatch(
+      /what to do: install tsx as a dependency next to the server \(npm install tsx\), or build the server to JavaScript and point its entrypoint at the built \.js file/,
+    );
+    expect(existsSync(path.join(temp, ".gym", "run.json"))).toBe(false);
+    expect(existsSync(path.join(temp, ".gym", "logs"))).toBe(false);
+  });
+});
