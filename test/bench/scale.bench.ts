@@ -6,12 +6,13 @@
  * checks the contract (every rollout finished before the checkpoint or was exported; every
  * exported one completes after the restore). Figures only: nothing here asserts on time.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { runScenario } from "../../demo/scenario.js";
+import { measureStoreBaseline, type StoreCost } from "./store-baseline.js";
 
 const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
@@ -76,6 +77,16 @@ try {
   process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
   for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
   await run.stop();
+  // The baseline runs with the deployment stopped: nothing else competes for the cores.
+  const checkpoints = path.join(dir, "checkpoints");
+  const [checkpoint] = readdirSync(checkpoints);
+  if (checkpoint !== undefined) {
+    printBaseline(
+      await measureStoreBaseline(path.join(checkpoints, checkpoint)),
+      report.commitSeconds,
+      report.restoreSeconds,
+    );
+  }
   const ok = report.problems.length === 0;
   // A temporary run directory (thousands of ledger files) goes with a clean run.
   if (ok && options.dir === undefined) rmSync(dir, { recursive: true, force: true });
@@ -86,4 +97,33 @@ try {
   process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
   await run.stop().catch(() => undefined);
   process.exit(1);
+}
+
+/**
+ * The store baseline and the ratios against it: each participant's records read and validated,
+ * then written, in a fresh process of their own, one at a time. Its CPU summed over every
+ * participant, divided by the cores, is the least a commit or a restore could take on this
+ * machine with these records, even if nothing but the store cost anything.
+ */
+function printBaseline(costs: StoreCost[], commitSeconds: number, restoreSeconds: number): void {
+  const cores = availableParallelism();
+  const readMs = costs.reduce((sum, c) => sum + c.readCpuMs, 0);
+  const writeMs = costs.reduce((sum, c) => sum + c.writeCpuMs, 0);
+  const rows: [string, string][] = costs.map((c) => [
+    `  ${c.participant} (${(c.bytes / 1e6).toFixed(1)} MB)`,
+    `read ${c.readCpuMs.toFixed(0)} ms, write ${c.writeCpuMs.toFixed(0)} ms CPU`,
+  ]);
+  rows.push(
+    [
+      `  all, per ${cores} cores (s)`,
+      `read ${(readMs / 1000 / cores).toFixed(3)}, write ${(writeMs / 1000 / cores).toFixed(3)}`,
+    ],
+    ["commit / store write", `${(commitSeconds / (writeMs / 1000 / cores)).toFixed(2)}x`],
+    ["restore / store read", `${(restoreSeconds / (readMs / 1000 / cores)).toFixed(2)}x`],
+  );
+  const width = Math.max(...rows.map(([k]) => k.length));
+  process.stdout.write(
+    "store baseline (fresh process per participant, one at a time):\n" +
+      `${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`,
+  );
 }
