@@ -177,6 +177,32 @@ async function mayOverwrite(ctx: Context, dir: string, projectDir: string): Prom
  * Runs the scaffolder with `argv` (without `node` and the script) and returns the exit code:
  * 0 done (or `--help`), 1 failed or cancelled, 2 a wrong command line.
  */
+/** A prompter for a process without a terminal: any question refuses with the flags to use. */
+function refusingPrompter(flags: Flags, pm: PackageManager): Prompter {
+  const refuse = (): never => {
+    throw new CreateError(
+      2,
+      "--interactive needs a terminal to read the answers from, but standard input is not one",
+      `pass the choices as flags instead, e.g.\n  ${oneShotCommand({
+        pm,
+        dir: flags.dir ?? "gym-resources",
+        choices: {
+          ...(flags.kind === undefined ? {} : { kind: flags.kind }),
+          ...(flags.mode === undefined ? {} : { mode: flags.mode }),
+          ...(flags.verify === undefined ? {} : { verify: flags.verify }),
+        },
+        ...(flags.sdk === undefined ? {} : { sdk: flags.sdk }),
+      })}\nor run it in a terminal`,
+    );
+  };
+  return {
+    intro: () => undefined,
+    select: async () => refuse(),
+    text: async () => refuse(),
+    confirm: async () => refuse(),
+  };
+}
+
 export async function create(argv: readonly string[], io: CreateIo): Promise<number> {
   let flags: Flags;
   try {
@@ -187,25 +213,14 @@ export async function create(argv: readonly string[], io: CreateIo): Promise<num
     return error.exitCode;
   }
   const pm = packageManagerOf(io.env.npm_config_user_agent);
-  const ctx: Context = { flags, interactive: flags.interactive ?? io.isTTY, io, pm };
+  const interactive = flags.interactive ?? io.isTTY;
+  // No terminal to answer on: refused, but only when a question is actually asked (the flags
+  // may already hold every answer).
+  const asking =
+    interactive && io.canPrompt === false ? { ...io, prompter: refusingPrompter(flags, pm) } : io;
+  const ctx: Context = { flags, interactive, io: asking, pm };
   try {
-    if (ctx.interactive && io.canPrompt === false) {
-      throw new CreateError(
-        2,
-        "--interactive needs a terminal to read the answers from, but standard input is not one",
-        `pass the choices as flags instead, e.g.\n  ${oneShotCommand({
-          pm,
-          dir: flags.dir ?? "gym-resources",
-          choices: {
-            ...(flags.kind === undefined ? {} : { kind: flags.kind }),
-            ...(flags.mode === undefined ? {} : { mode: flags.mode }),
-            ...(flags.verify === undefined ? {} : { verify: flags.verify }),
-          },
-          ...(flags.sdk === undefined ? {} : { sdk: flags.sdk }),
-        })}\nor run it in a terminal`,
-      );
-    }
-    if (ctx.interactive) io.prompter.intro("create-gym-participant");
+    if (ctx.interactive) ctx.io.prompter.intro("create-gym-participant");
     const choices = await resolveChoices(ctx, flags.dir ?? "gym-resources");
     const dir = await resolveDir(ctx, choices.kind);
     const projectDir = path.resolve(io.cwd, dir);

@@ -6,7 +6,7 @@
  * checks the contract (every rollout finished before the checkpoint or was exported; every
  * exported one completes after the restore). Figures only: nothing here asserts on time.
  */
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
@@ -77,15 +77,14 @@ try {
   process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
   for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
   await run.stop();
-  // The baseline runs with the deployment stopped: nothing else competes for the cores.
+  // The baseline runs with the deployment stopped: nothing else competes for the cores. The
+  // newest checkpoint is this run's (a reused --dir holds older ones too).
   const checkpoints = path.join(dir, "checkpoints");
-  const [checkpoint] = readdirSync(checkpoints);
-  if (checkpoint !== undefined) {
-    printBaseline(
-      await measureStoreBaseline(path.join(checkpoints, checkpoint)),
-      report.commitSeconds,
-      report.restoreSeconds,
-    );
+  const newest = readdirSync(checkpoints)
+    .map((name) => path.join(checkpoints, name))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
+  if (newest !== undefined) {
+    printBaseline(await measureStoreBaseline(newest), report.commitSeconds, report.restoreSeconds);
   }
   const ok = report.problems.length === 0;
   // A temporary run directory (thousands of ledger files) goes with a clean run.
@@ -106,6 +105,10 @@ try {
  * machine with these records, even if nothing but the store cost anything.
  */
 function printBaseline(costs: StoreCost[], commitSeconds: number, restoreSeconds: number): void {
+  if (costs.length === 0) {
+    process.stdout.write("store baseline: no participant holds records\n");
+    return;
+  }
   const cores = availableParallelism();
   const readMs = costs.reduce((sum, c) => sum + c.readCpuMs, 0);
   const writeMs = costs.reduce((sum, c) => sum + c.writeCpuMs, 0);

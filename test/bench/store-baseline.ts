@@ -57,7 +57,6 @@ async function measureHere(
     checkpointDir,
     kind: kind as never,
     instance,
-    checkpointId,
     scope: null,
     recordSchema,
   });

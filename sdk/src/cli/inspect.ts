@@ -271,10 +271,13 @@ export function renderInspectReport(report: InspectReport): string {
 
 /** A directory that holds no checkpoint was named where one is needed: bad usage. */
 export function noCheckpoint(report: InspectReport): UsageError {
-  return new UsageError(
+  const error = new UsageError(
     `there is no checkpoint at ${report.checkpoint_dir}: ${report.problems.join("; ")}`,
     "pass the directory a checkpoint was written to (the --dir of `gym ckpt commit` or `gym ckpt checkpoint`)",
   );
+  // `--json` still prints the report: a script reads `found: false` instead of nothing.
+  error.json = report;
+  return error;
 }
 
 /**

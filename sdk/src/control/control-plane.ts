@@ -487,18 +487,23 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
    * the deadline, or arrives past it, is 409 `deadline_exceeded` and drops nothing.
    */
   async forget(request: ForgetRequest): Promise<ForgetReply> {
+    // Once the caller was told `deadline_exceeded`, the queued work must not drop anything.
+    let gaveUp = false;
     const forgotten = await awaitUntil(
       this.#lock.runExclusive(() => {
         this.#admitOutsideCheckpoint(request, "forget");
         this.participant.checkForget(request.rollout_ids);
-        if (isPast(request.deadline_ts)) throw CheckpointError.deadline("the forget");
+        if (gaveUp || isPast(request.deadline_ts)) throw CheckpointError.deadline("the forget");
         this.participant.forget(request.rollout_ids);
         this.participant.notify();
         return { forgotten_count: request.rollout_ids.length };
       }),
       request.deadline_ts,
     );
-    if (!forgotten.done) throw CheckpointError.deadline("the forget");
+    if (!forgotten.done) {
+      gaveUp = true;
+      throw CheckpointError.deadline("the forget");
+    }
     return forgotten.value;
   }
 

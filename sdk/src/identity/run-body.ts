@@ -16,8 +16,8 @@ export class InvalidRunRolloutError extends EpisodeError {
   override name = "InvalidRunRolloutError";
   constructor(
     readonly reason: string,
-    /** The body field at fault. */
-    readonly field: string,
+    /** The body field at fault. @default "_ng_rollout_id" */
+    readonly field: string = "_ng_rollout_id",
   ) {
     super("invalid_rollout_id", reason);
   }

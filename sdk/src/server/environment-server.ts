@@ -25,6 +25,7 @@ import {
 import { isRestartReply } from "../participants/environment/checkpoint-headers.js";
 import { EpisodeDeadlineError } from "../steps/episode-errors.js";
 import { deferred } from "../util/deferred.js";
+import { fireAt } from "../util/deadline.js";
 import { Semaphore } from "../util/semaphore.js";
 import type { JsonValue } from "../wire/json-value.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
@@ -264,9 +265,10 @@ export abstract class EnvironmentServer extends Server {
   ): Promise<void> {
     if (callbacks.length === 0) return;
     const overrun = deferred<"overrun">();
-    const timer =
-      budgetS === null ? null : setTimeout(() => overrun.resolve("overrun"), budgetS * 1000);
-    timer?.unref();
+    const cancelBudget =
+      budgetS === null
+        ? null
+        : fireAt(Date.now() + budgetS * 1000, () => overrun.resolve("overrun"));
     try {
       for (const [index, callback] of callbacks.entries()) {
         const ran = (async (): Promise<"done"> => {
@@ -286,7 +288,7 @@ export abstract class EnvironmentServer extends Server {
         }
       }
     } finally {
-      if (timer !== null) clearTimeout(timer);
+      cancelBudget?.();
     }
   }
 
@@ -467,17 +469,15 @@ function unmanaged(
   const onAbort = (): void => controller.abort(requestSignal.reason);
   if (requestSignal.aborted) onAbort();
   else requestSignal.addEventListener("abort", onAbort, { once: true });
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  if (deadlineTs !== null) {
-    timer = setTimeout(
-      () => controller.abort(new EpisodeDeadlineError(captureKey(episode), deadlineTs)),
-      Math.max(0, deadlineTs * 1000 - Date.now()),
-    );
-    timer.unref();
-  }
+  let cancelDeadline: (() => void) | null =
+    deadlineTs === null
+      ? null
+      : fireAt(deadlineTs * 1000, () =>
+          controller.abort(new EpisodeDeadlineError(captureKey(episode), deadlineTs)),
+        );
   const stopDeadline = (): void => {
-    if (timer !== null) clearTimeout(timer);
-    timer = null;
+    cancelDeadline?.();
+    cancelDeadline = null;
   };
   return {
     episode,

@@ -34,6 +34,9 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       return;
     }
     if (error instanceof DetailError) {
+      // A 5xx here is another server's failure (the inference backend): worth a line in the log.
+      if (error.status >= 500)
+        logger.warn({ err: error, path: req.path }, "a call to another server failed");
       res.status(error.status).json({ detail: error.detail });
       return;
     }

@@ -24,17 +24,22 @@ export function nowTs(): number {
 const MAX_TIMER_MS = 2_147_483_647;
 
 /**
- * Calls `fire` from a timer once the clock reaches `fireAtMs` (epoch ms), however far away: a
- * delay beyond setTimeout's range (which would fire at once) is waited in steps. Always from a
- * timer, never synchronously. Unref'd (it never keeps a process alive) unless `keepAlive`;
- * returns the cancel.
+ * Calls `fire` from a timer once the clock (`Date.now()`) has reached `fireAtMs`, however far
+ * away: a delay beyond setTimeout's range (which would fire at once) is waited in steps, and a
+ * timer that fires before the clock got there (Node's may, by a millisecond) waits again, so a
+ * caller that then checks {@link isPast} always agrees. Always from a timer, never
+ * synchronously. Unref'd (it never keeps a process alive) unless `keepAlive`; returns the cancel.
  */
-function fireAt(fireAtMs: number, fire: () => void, keepAlive = false): () => void {
+export function fireAt(fireAtMs: number, fire: () => void, keepAlive = false): () => void {
   let timer: NodeJS.Timeout | undefined;
   const arm = (): void => {
     const left = Math.max(0, Math.ceil(fireAtMs - Date.now()));
-    timer = setTimeout(left > MAX_TIMER_MS ? arm : fire, Math.min(left, MAX_TIMER_MS));
+    timer = setTimeout(check, Math.min(left, MAX_TIMER_MS));
     if (!keepAlive) timer.unref?.();
+  };
+  const check = (): void => {
+    if (Date.now() < fireAtMs) arm();
+    else fire();
   };
   arm();
   return () => clearTimeout(timer);

@@ -1,3 +1,4 @@
+import { fireAt } from "./deadline.js";
 import { deferred, type Deferred } from "./deferred.js";
 
 /** A counting semaphore with FIFO waiters, a bounded wait and abortable acquisition. */
@@ -35,13 +36,18 @@ export class Semaphore {
       const at = this.#waiters.indexOf(waiter);
       if (at >= 0) this.#waiters.splice(at, 1);
     };
-    const timer =
+    // Kept alive, as before: a waiter gives up on time even in a process with nothing else left.
+    const cancel =
       timeoutMs === null
         ? null
-        : setTimeout(() => {
-            leave();
-            waiter.resolve(false);
-          }, timeoutMs);
+        : fireAt(
+            Date.now() + timeoutMs,
+            () => {
+              leave();
+              waiter.resolve(false);
+            },
+            true,
+          );
     const onAbort = (): void => {
       leave();
       waiter.reject(signal?.reason);
@@ -50,7 +56,7 @@ export class Semaphore {
     try {
       return await waiter.promise;
     } finally {
-      if (timer !== null) clearTimeout(timer);
+      cancel?.();
       signal?.removeEventListener("abort", onAbort);
     }
   }

@@ -220,5 +220,8 @@ describe("a directory holding no checkpoint is bad usage (exit 2), not a corrupt
     expect(err).toMatch(new RegExp(`there is no checkpoint at ${dir}: ${why.source}`));
     expect(err).toMatch(/what to do: pass the directory a checkpoint was written to/);
     expect(`${out}${err}`).not.toMatch(/CORRUPT|do not restore/);
+    const json = await gym("ckpt", "inspect", dir, "--json");
+    expect(json.code).toBe(2);
+    expect(JSON.parse(json.out)).toMatchObject({ found: false, ok: false, checkpoint_dir: dir });
   });
 });

@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import { PolicyModelServer } from "../../../sdk/src/server/policy-model-server.js";
+import { ServerLog } from "../../../sdk/src/testing/server-log.js";
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -41,11 +42,11 @@ async function hangUpBackend(): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
 }
 
-function policyIn(front: string): PolicyModelServer {
+function policyIn(front: string, log?: ServerLog): PolicyModelServer {
   const server = new PolicyModelServer({
     name: "policy",
     config: { backend_url: front },
-    logLevel: "silent",
+    ...(log === undefined ? { logLevel: "silent" } : { logger: log.logger }),
   });
   closers.push(() => server.close());
   return server;
@@ -70,13 +71,18 @@ describe("a failing inference backend", () => {
     "answers 502 naming the backend when nothing listens there (stream: %s)",
     async (stream) => {
       const backend = await deadBackend();
-      const policy = policyIn(backend);
+      const log = new ServerLog();
+      const policy = policyIn(backend, log);
       const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi", stream });
       expect(reply.status).toBe(502);
       expect(reply.body.detail).toContain(
         `inference backend at ${new URL(backend).origin} is unreachable`,
       );
       expect(reply.body.detail).toMatch(/ECONNREFUSED/);
+      // Logged as another server's failure, so a dead backend shows in the model server's log.
+      expect(log.since(0)).toEqual([
+        expect.stringMatching(/^a call to another server failed: .*unreachable/),
+      ]);
     },
   );
 

@@ -45,15 +45,23 @@ async function run(argv: string[], canPrompt: boolean | undefined) {
 
 describe("--interactive without a terminal on stdin", () => {
   it("exits 2 saying to pass the choices as flags, and writes nothing", async () => {
-    const result = await run(["app", "--interactive", "--kind", "agent"], false);
+    // A resources server asks for its checkpoint mode: a question no one can answer.
+    const result = await run(["app", "--interactive", "--kind", "resources"], false);
     expect(result.code).toBe(2);
     expect(result.err).toMatch(
       /--interactive needs a terminal to read the answers from, but standard input is not one/,
     );
     expect(result.err).toMatch(
-      /what to do: pass the choices as flags instead, e\.g\.\n {2}npx create-gym-participant app --kind agent --no-interactive\nor run it in a terminal/,
+      /what to do: pass the choices as flags instead, e\.g\.\n {2}npx create-gym-participant app --kind resources --no-interactive\nor run it in a terminal/,
     );
     expect(readdirSync(cwd)).toEqual([]);
+  });
+
+  it("runs when the flags already answer every question", async () => {
+    const result = await run(["app", "--interactive", "--kind", "agent"], false);
+    expect(result.code, result.err).toBe(0);
+    expect(readdirSync(path.join(cwd, "app"))).toContain("package.json");
+    rmSync(path.join(cwd, "app"), { recursive: true, force: true });
   });
 
   it("exits 2 as a real process with stdin from /dev/null", () => {

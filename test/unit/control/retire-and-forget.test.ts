@@ -265,10 +265,37 @@ describe("forget", () => {
     const stuck = h.participant.hold("retire", { abortable: false });
     const retire = h.cp.retire(retireReq("x", ["b"]));
     await stuck.entered();
-    await expectCode(h.cp.forget(forgetReq("x", ["a"], 0.2)), "deadline_exceeded");
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    const forget = expectCode(h.cp.forget(forgetReq("x", ["a"], 0.2)), "deadline_exceeded");
+    await vi.advanceTimersByTimeAsync(250);
+    await forget;
+    vi.useRealTimers();
     stuck.release();
     await retire;
     await flush();
+    expect(h.participant.retired.isRetired(ep("a"))).toBe(true);
+  });
+
+  it("drops nothing when its timer fires a little before the clock reaches the deadline", async () => {
+    // Node's timers may fire a millisecond early by Date.now(); the forget queued behind the
+    // lock must still refuse once its caller was told deadline_exceeded.
+    await h.cp.retire(retireReq("x", ["a"]));
+    const stuck = h.participant.hold("retire", { abortable: false });
+    const retire = h.cp.retire(retireReq("x", ["b"]));
+    await stuck.entered();
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    const deadline = Date.now() / 1000 + 0.2;
+    const forget = expectCode(
+      h.cp.forget({ checkpoint_id: "x", deadline_ts: deadline, rollout_ids: ["a"] }),
+      "deadline_exceeded",
+    );
+    await vi.advanceTimersByTimeAsync(250);
+    await forget;
+    vi.setSystemTime(deadline * 1000 - 5); // the clock reads before the deadline again
+    stuck.release();
+    await retire;
+    await flush();
+    vi.useRealTimers();
     expect(h.participant.retired.isRetired(ep("a"))).toBe(true);
   });
 });

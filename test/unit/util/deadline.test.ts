@@ -79,3 +79,41 @@ describe("waits longer than setTimeout's range (about 24.8 days)", () => {
     expect(vi.getTimerCount()).toBe(0);
   });
 });
+
+describe("a timer that fires before the clock reaches its time", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("waits again, so a deadline never fires while isPast would still say no", async () => {
+    vi.useFakeTimers();
+    const deadline = Date.now() / 1000 + 1;
+    const { signal } = deadlineSignal(deadline, () => "late");
+    await vi.advanceTimersByTimeAsync(995);
+    vi.setSystemTime(Date.now() - 10); // the wall clock now lags the timers by 10 ms
+    await vi.advanceTimersByTimeAsync(5); // the timer is due, the clock is not
+    expect(signal.aborted).toBe(false);
+    await vi.advanceTimersByTimeAsync(10);
+    expect(signal.aborted).toBe(true);
+    expect(Date.now()).toBeGreaterThanOrEqual(deadline * 1000);
+  });
+});
+
+describe("sleep keepAlive", () => {
+  const timers = (): number =>
+    process.getActiveResourcesInfo().filter((type) => type === "Timeout").length;
+
+  it("keeps the process alive only when asked", async () => {
+    const before = timers();
+    const background = new AbortController();
+    const kept = new AbortController();
+    const plain = sleep(60_000, background.signal).catch(() => undefined);
+    expect(timers()).toBe(before);
+    const alive = sleep(60_000, kept.signal, { keepAlive: true }).catch(() => undefined);
+    expect(timers()).toBe(before + 1);
+    background.abort();
+    kept.abort();
+    await Promise.all([plain, alive]);
+    expect(timers()).toBe(before);
+  });
+});
