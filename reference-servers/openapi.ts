@@ -8,12 +8,13 @@
  *
  * The reference servers import the SDK's build (`sdk/dist`): run `npm run build` first.
  */
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { loadDeploymentFile, resolveDeployment } from "../sdk/src/cli/deployment-file.js";
-import { renderJson } from "../sdk/src/cli/openapi.js";
+import { renderJson, writeDocuments, type GeneratedDocument } from "../sdk/src/cli/openapi.js";
+import { CliError, type Io } from "../sdk/src/cli/output.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const OUT = path.join(HERE, "..", "openapi", "reference");
@@ -26,7 +27,7 @@ interface DocumentedServer {
 type ServerClass = new (options: Record<string, unknown>) => DocumentedServer;
 
 /** Every server's document, built from the deployment's own config (no process is started). */
-async function renderDocuments(): Promise<Map<string, string>> {
+async function renderDocuments(): Promise<GeneratedDocument[]> {
   // Servers may create their state directories when built: keep those out of the checkout.
   const runDir = await mkdtemp(path.join(tmpdir(), "gym-openapi-"));
   try {
@@ -38,7 +39,7 @@ async function renderDocuments(): Promise<Map<string, string>> {
       Object.keys(loaded.servers).map((name, i) => [name, 40_000 + i]),
     );
     const deployment = resolveDeployment(loaded, ports);
-    const documents = new Map<string, string>();
+    const documents: GeneratedDocument[] = [];
     for (const server of Object.values(loaded.servers)) {
       const module = (await import(pathToFileURL(server.entrypoint).href)) as {
         default: ServerClass;
@@ -51,7 +52,8 @@ async function renderDocuments(): Promise<Map<string, string>> {
         logLevel: "silent",
       });
       try {
-        documents.set(`${server.name}.json`, renderJson(instance.openApiDocument()));
+        const text = renderJson(instance.openApiDocument());
+        documents.push({ file: `${server.name}.json`, render: () => text });
       } finally {
         await instance.close();
       }
@@ -62,30 +64,21 @@ async function renderDocuments(): Promise<Map<string, string>> {
   }
 }
 
-async function main(check: boolean): Promise<number> {
-  const documents = await renderDocuments();
-  const stale: string[] = [];
-  if (!check) await mkdir(OUT, { recursive: true });
-  for (const [file, text] of documents) {
-    const target = path.join(OUT, file);
-    const shown = path.relative(process.cwd(), target);
-    if (check) {
-      const committed = await readFile(target, "utf8").catch(() => null);
-      if (committed !== text) stale.push(`${shown}${committed === null ? " (missing)" : ""}`);
-      continue;
-    }
-    await writeFile(target, text, "utf8");
-    process.stdout.write(`wrote ${shown}\n`);
-  }
-  if (stale.length > 0) {
-    process.stderr.write(
-      `stale reference OpenAPI documents:\n${stale.map((f) => `  - ${f}`).join("\n")}\n` +
-        "what to do: regenerate them with `npm run openapi`\n",
-    );
-    return 1;
-  }
-  if (check) process.stdout.write("reference openapi documents are up to date\n");
-  return 0;
+const io: Io = {
+  out: (text) => void process.stdout.write(`${text}\n`),
+  err: (text) => void process.stderr.write(`${text}\n`),
+  cwd: process.cwd(),
+  env: process.env,
+};
+try {
+  await writeDocuments(
+    await renderDocuments(),
+    { out: OUT, check: process.argv.includes("--check") },
+    io,
+  );
+} catch (error) {
+  if (!(error instanceof CliError)) throw error;
+  io.err(error.message);
+  if (error.hint !== null) io.err(`what to do: ${error.hint}`);
+  process.exitCode = error.exitCode;
 }
-
-process.exitCode = await main(process.argv.includes("--check"));

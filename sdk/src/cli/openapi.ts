@@ -48,9 +48,24 @@ export async function openapiCommand(
   options: { out?: string; check?: boolean },
   io: Io,
 ): Promise<number> {
+  const regenerate = `regenerate them with \`gym openapi --out ${options.out ?? "openapi"}\` (npm run openapi)`;
+  return await writeDocuments(generatedDocuments(), options, io, regenerate);
+}
+
+/**
+ * Writes `documents` into `options.out` (relative to `io.cwd`; default `openapi`), or with
+ * `check` compares them with what is there and throws a {@link CliError} listing the stale
+ * ones, with `regenerate` as what to do. Returns the exit status (0).
+ */
+export async function writeDocuments(
+  documents: readonly GeneratedDocument[],
+  options: { out?: string; check?: boolean },
+  io: Io,
+  regenerate = "regenerate them with `npm run openapi`",
+): Promise<number> {
   const out = path.resolve(io.cwd, options.out ?? "openapi");
   const stale: string[] = [];
-  for (const document of generatedDocuments()) {
+  for (const document of documents) {
     const target = path.join(out, document.file);
     const text = document.render();
     if (options.check === true) {
@@ -70,7 +85,7 @@ export async function openapiCommand(
   if (stale.length > 0) {
     throw new CliError(
       `stale OpenAPI documents:\n${stale.map((file) => `  - ${file}`).join("\n")}`,
-      `regenerate them with \`gym openapi --out ${options.out ?? "openapi"}\` (npm run openapi)`,
+      regenerate,
     );
   }
   if (options.check === true) io.out("openapi documents are up to date");

@@ -6,13 +6,12 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { planServe } from "../../../sdk/src/cli/launcher.js";
 import type { Io } from "../../../sdk/src/cli/output.js";
 import { supervise } from "../../../sdk/src/cli/supervisor.js";
+import { writeDeployment } from "../../e2e/helpers.js";
 
-const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
 const temp = mkdtempSync(path.join(tmpdir(), "gym-start-failure-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
@@ -20,14 +19,7 @@ const io: Io = { out: () => {}, err: () => {}, cwd: temp, env: {} };
 
 describe("a failed start", { timeout: 60_000 }, () => {
   it("shows only this start's log lines and points a health timeout at --health-timeout", async () => {
-    const deployment = path.join(temp, "deployment.yaml");
-    writeFileSync(
-      deployment,
-      readFileSync(path.join(FIXTURES, "deployments", "never-healthy.yaml"), "utf8").replaceAll(
-        "../servers/",
-        `${path.join(FIXTURES, "servers")}/`,
-      ),
-    );
+    const deployment = writeDeployment(temp, "never-healthy.yaml");
     const logs = path.join(temp, ".gym", "logs");
     mkdirSync(logs, { recursive: true });
     writeFileSync(

@@ -3,12 +3,12 @@
  * error ends with what to do. tsx is always installed in this repository, so its lookup is made
  * to fail here.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import type { Io } from "../../../sdk/src/cli/output.js";
+import { writeDeployment } from "../../e2e/helpers.js";
 import { runCli } from "../../../sdk/src/cli/program.js";
 
 vi.mock("node:module", async (importOriginal) => {
@@ -27,20 +27,12 @@ vi.mock("node:module", async (importOriginal) => {
   return { ...actual, createRequire, default: { ...actual, createRequire } };
 });
 
-const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
 const temp = mkdtempSync(path.join(tmpdir(), "gym-no-tsx-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 describe("gym serve without tsx", () => {
   it("starts nothing and says to install tsx or point the entrypoint at the built .js", async () => {
-    const deployment = path.join(temp, "deployment.yaml");
-    writeFileSync(
-      deployment,
-      readFileSync(path.join(FIXTURES, "deployments", "never-healthy.yaml"), "utf8").replaceAll(
-        "../servers/",
-        `${path.join(FIXTURES, "servers")}/`,
-      ),
-    );
+    const deployment = writeDeployment(temp, "never-healthy.yaml");
     let err = "";
     const io: Io = { out: () => {}, err: (text) => void (err += `${text}\n`), cwd: temp, env: {} };
     const code = await runCli(["serve", deployment, "--detach"], io);
