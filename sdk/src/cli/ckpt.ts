@@ -49,7 +49,7 @@ import type { CommitReply } from "../wire/storage.js";
 import { DEFAULT_DEADLINE_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { inspectCheckpoint, noCheckpoint } from "./inspect.js";
-import { CliError, UsageError, describeError, type Io } from "./output.js";
+import { CliError, UsageError, commandOf, describeError, type Io } from "./output.js";
 import {
   readLastPrepare,
   requireState,
@@ -120,19 +120,21 @@ function deadlineTs(options: CkptOptions): number {
   return (Date.now() + (options.deadlineMs ?? DEFAULT_DEADLINE_MS)) / 1000;
 }
 
-const CODE_HINTS: Record<string, string> = {
-  checkpoint_conflict:
-    "another checkpoint is open on these participants: see `gym ckpt status`, then resume it with `gym ckpt resume --id <its id>`",
-  invalid_phase:
-    "a participant is not in the phase this step needs: see `gym ckpt status` (commit needs a prepared checkpoint; retire and forget need none open)",
-  stale_checkpoint: "this ID was already resumed: start over with a new ID",
-  deadline_exceeded: "the deadline passed first: retry with a longer --deadline",
-  unauthorized:
+/** What to do about each remote code; `gym` is the command prefix ({@link commandOf}). */
+const CODE_HINTS: Record<string, (gym: string) => string> = {
+  checkpoint_conflict: (gym) =>
+    `another checkpoint is open on these participants: see \`${gym} ckpt status\`, then resume it with \`${gym} ckpt resume --id <its id>\``,
+  invalid_phase: (gym) =>
+    `a participant is not in the phase this step needs: see \`${gym} ckpt status\` (commit needs a prepared checkpoint; retire and forget need none open)`,
+  stale_checkpoint: () => "this ID was already resumed: start over with a new ID",
+  deadline_exceeded: () => "the deadline passed first: retry with a longer --deadline",
+  unauthorized: () =>
     "the control token does not match: check checkpoint.control_auth_token in the deployment file, then restart the servers",
-  export_failed:
-    "this checkpoint can no longer commit: abort it with `gym ckpt resume --id ID` and take a new one",
-  restart_in_scope: "the scope names an episode reported as a restart: leave it out of --episodes",
-  retire_incomplete: "a retire did not finish: retire those episodes again, then forget",
+  export_failed: (gym) =>
+    `this checkpoint can no longer commit: abort it with \`${gym} ckpt resume --id ID\` and take a new one`,
+  restart_in_scope: () =>
+    "the scope names an episode reported as a restart: leave it out of --episodes",
+  retire_incomplete: () => "a retire did not finish: retire those episodes again, then forget",
 };
 
 /**
@@ -140,14 +142,14 @@ const CODE_HINTS: Record<string, string> = {
  * that cannot write (the directory holds another commit, or cannot be written) and a restore
  * that cannot read. The details say which.
  */
-function invalidStateHint(operation: string, details: readonly string[]): string {
+function invalidStateHint(operation: string, details: readonly string[], gym: string): string {
   if (details.some((detail) => /already holds a different commit|fresh directory/.test(detail))) {
     return "the directory already holds another checkpoint's commit: write each checkpoint to a fresh directory (a new --dir)";
   }
   if (operation === "commit") {
     return "the checkpoint could not be written (see DETAIL): fix what it names (permissions, disk space, a record that is not JSON), then take the checkpoint again into a fresh --dir";
   }
-  return "the checkpoint directory cannot be restored from (see DETAIL): check it with `gym ckpt inspect DIR`, or restore another checkpoint";
+  return `the checkpoint directory cannot be restored from (see DETAIL): check it with \`${gym} ckpt inspect DIR\`, or restore another checkpoint`;
 }
 
 /** Where a refusal happened: the run, when its state file was read. */
@@ -169,16 +171,18 @@ function refusalHint(
   names: readonly string[],
   codes: Readonly<Record<string, string>>,
   context: RefusalContext | null,
+  gym: string,
 ): string {
   for (const code of new Set(names.map((name) => codes[name]))) {
     if (code === "invalid_checkpoint_state") {
       return invalidStateHint(
         error.operation,
         names.filter((name) => codes[name] === code).map((name) => error.failures[name] ?? ""),
+        gym,
       );
     }
     const hint = code === undefined ? undefined : CODE_HINTS[code];
-    if (hint !== undefined) return hint;
+    if (hint !== undefined) return hint(gym);
   }
   if (names.length === 0) {
     return "the deployment's model server does not take part in checkpoints: serve it with checkpointing on (a PolicyModelServer), or look at its log";
@@ -187,8 +191,8 @@ function refusalHint(
   if (unreachable.length > 0) {
     const serve =
       context === null
-        ? "`gym serve <deployment.yaml>`"
-        : `\`gym serve ${context.state.deployment_file}\``;
+        ? `\`${gym} serve <deployment.yaml>\``
+        : `\`${gym} serve ${context.state.deployment_file}\``;
     return `is the deployment running? if not, start it with ${serve}; if it is, see why ${unreachable.join(", ")} did not answer in ${logsOf(context, unreachable)}`;
   }
   return `see why it was refused in ${logsOf(context, names)}`;
@@ -219,10 +223,11 @@ function refusal(
   error: CoordinationError,
   context: RefusalContext | null,
   what: string,
+  gym: string,
 ): RefusalError {
   const codes = error.codes();
   const names = Object.keys(error.failures).sort();
-  const hint = refusalHint(error, names, codes, context);
+  const hint = refusalHint(error, names, codes, context, gym);
   const body =
     names.length === 0
       ? error.message
@@ -262,14 +267,15 @@ async function openSession(
   io: Io,
   probeTimeoutMs?: number,
 ): Promise<Session> {
-  const stateFile = runStateFile({ ...options, cwd: io.cwd });
-  const state = requireState(stateFile);
+  const gym = commandOf(io);
+  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: gym });
+  const state = requireState(stateFile, gym);
   const paths = statePaths(stateFile);
   const checkpoint = state.deployment.checkpoint;
   if (checkpoint?.enabled !== true || !checkpoint.control_auth_token) {
     throw new CliError(
       `checkpointing is off in ${state.deployment_file}`,
-      "turn it on (checkpoint: {enabled: true, control_auth_token: ...}) and restart the deployment with `gym serve`",
+      `turn it on (checkpoint: {enabled: true, control_auth_token: ...}) and restart the deployment with \`${gym} serve\``,
     );
   }
   const client = new ServerClient(state.deployment);
@@ -285,7 +291,7 @@ async function openSession(
   } catch (error) {
     await client.close();
     if (error instanceof CoordinationError)
-      throw refusal(error, { state, paths }, "discovering the participants");
+      throw refusal(error, { state, paths }, "discovering the participants", gym);
     throw error;
   }
 }
@@ -301,7 +307,7 @@ async function withSession<T>(
   try {
     return await body(session);
   } catch (error) {
-    if (error instanceof CoordinationError) throw refusal(error, session, what);
+    if (error instanceof CoordinationError) throw refusal(error, session, what, commandOf(io));
     throw error;
   } finally {
     await session.client.close();
@@ -458,6 +464,7 @@ function notPrepared(id: string, result: PrepareResult, hint: string): CliError 
 
 /** `gym ckpt prepare --id ID`. */
 export async function prepareCommand(id: string, options: CkptOptions, io: Io): Promise<number> {
+  const gym = commandOf(io);
   return await withSession(options, io, "prepare", async (session) => {
     const result = await runPrepare(session, id, options);
     if (options.json === true) printJson(io, prepareJson(id, result));
@@ -466,7 +473,7 @@ export async function prepareCommand(id: string, options: CkptOptions, io: Io): 
       throw notPrepared(
         id,
         result,
-        `the checkpoint stays open: prepare again with the same ID to keep waiting (gym ckpt prepare --id ${id} --deadline 60s), or abort it with \`gym ckpt resume --id ${id}\``,
+        `the checkpoint stays open: prepare again with the same ID to keep waiting (${gym} ckpt prepare --id ${id} --deadline 60s), or abort it with \`${gym} ckpt resume --id ${id}\``,
       );
     }
     if (options.json !== true) {
@@ -474,7 +481,7 @@ export async function prepareCommand(id: string, options: CkptOptions, io: Io): 
       io.out(
         `\ncheckpoint ${id} is prepared on ${session.participants.members.length} participant(s)` +
           (restarts.length > 0 ? `; ${restarts.length} restart(s) will not be captured` : "") +
-          `\nnext: gym ckpt commit --id ${id} --dir DIR`,
+          `\nnext: ${gym} ckpt commit --id ${id} --dir DIR`,
       );
     }
     return 0;
@@ -515,20 +522,20 @@ export function commitScope(
   );
 }
 
-function lastPrepareFor(session: Session, id: string): PrepareResult {
+function lastPrepareFor(session: Session, id: string, gym: string): PrepareResult {
   const last = readLastPrepare(session.paths.lastPrepareFile);
   if (last === null || last.checkpoint_id !== id) {
     throw new UsageError(
       last === null
         ? `no prepare is recorded in ${session.paths.dir}, and the default scope (continued) needs the prepare of ${id}`
         : `the last prepare recorded in ${session.paths.dir} is ${last.checkpoint_id}, not ${id}`,
-      `prepare it from this state directory first (gym ckpt prepare --id ${id}), or pass --scope all`,
+      `prepare it from this state directory first (${gym} ckpt prepare --id ${id}), or pass --scope all`,
     );
   }
   if (!last.prepared) {
     throw new CliError(
       `the last prepare of ${id} did not reach prepared`,
-      `prepare again with the same ID (gym ckpt prepare --id ${id}), or abort it with \`gym ckpt resume --id ${id}\``,
+      `prepare again with the same ID (${gym} ckpt prepare --id ${id}), or abort it with \`${gym} ckpt resume --id ${id}\``,
     );
   }
   return new PrepareResult(last.prepared, last.replies);
@@ -573,12 +580,13 @@ export async function commitCommand(
 ): Promise<number> {
   const checkpointDir = path.resolve(io.cwd, dir);
   const episodes = episodesOption(options, io);
+  const gym = commandOf(io);
   return await withSession(options, io, "commit", async (session) => {
     const scope = options.scope ?? "continued";
     const episodeIds =
       scope === "all" && episodes === null
         ? null
-        : commitScope(id, lastPrepareFor(session, id), scope, episodes);
+        : commitScope(id, lastPrepareFor(session, id, gym), scope, episodes);
     const replies = await commit(session.participants, {
       checkpointId: id,
       checkpointDir,
@@ -595,7 +603,7 @@ export async function commitCommand(
     } else {
       io.out(commitTable(session, replies));
       io.out(
-        `\ncommitted ${id} to ${checkpointDir}\nnext: gym ckpt resume --id ${id} (check it with gym ckpt inspect ${dir})`,
+        `\ncommitted ${id} to ${checkpointDir}\nnext: ${gym} ckpt resume --id ${id} (check it with ${gym} ckpt inspect ${dir})`,
       );
     }
     return 0;
@@ -655,6 +663,7 @@ export async function checkpointCommand(
     );
   }
   const id = freshCheckpointId();
+  const gym = commandOf(io);
   return await withSession(options, io, "checkpoint", async (session) => {
     const timings: [string, number][] = [];
     const timed = async <T>(stage: string, work: () => Promise<T>): Promise<T> => {
@@ -685,7 +694,7 @@ export async function checkpointCommand(
         notPrepared(
           id,
           prepared,
-          "the checkpoint was aborted (resumed): retry with a longer --deadline, or retire the blockers first (gym ckpt retire --keys KEY,...)",
+          `the checkpoint was aborted (resumed): retry with a longer --deadline, or retire the blockers first (${gym} ckpt retire --keys KEY,...)`,
         ),
       );
     }
@@ -713,13 +722,13 @@ export async function checkpointCommand(
       resumed = await timed("resume", () => resume(session.participants, id, deadlineTs(options)));
     } catch (error) {
       if (!(error instanceof CoordinationError)) throw error;
-      const failure = refusal(error, session, "resume");
+      const failure = refusal(error, session, "resume", gym);
       throw new RefusalError(
         failure.operation,
         failure.failures,
         failure.codes,
         `checkpoint ${id} was committed to ${checkpointDir}, but ${failure.message}`,
-        `resume again: gym ckpt resume --id ${id} (a participant that cannot be reached resumes on its own when its lease expires)`,
+        `resume again: ${gym} ckpt resume --id ${id} (a participant that cannot be reached resumes on its own when its lease expires)`,
         failure.json,
       );
     }
@@ -753,7 +762,7 @@ export async function checkpointCommand(
     const episodesHeld = new Set(Object.values(committed).flatMap((reply) => reply.episode_ids));
     io.out(
       `\ncheckpoint ${id} written to ${checkpointDir} (${episodesHeld.size} episode(s)); every participant resumed` +
-        `\ncheck it with: gym ckpt inspect ${dir}`,
+        `\ncheck it with: ${gym} ckpt inspect ${dir}`,
     );
     return 0;
   });
@@ -773,15 +782,18 @@ export interface RestoreCommandOptions extends CkptOptions {
   readonly resume?: boolean;
 }
 
-/** The episodes a checkpoint directory holds, verified; a corrupt one is refused. */
-export async function checkpointEpisodes(dir: string): Promise<EpisodeId[]> {
+/**
+ * The episodes a checkpoint directory holds, verified; a corrupt one is refused with advice that
+ * starts its commands with `gym` ({@link commandOf}).
+ */
+export async function checkpointEpisodes(dir: string, gym: string): Promise<EpisodeId[]> {
   const report = await inspectCheckpoint(dir);
-  if (!report.found) throw noCheckpoint(report);
+  if (!report.found) throw noCheckpoint(report, gym);
   if (!report.ok) {
     throw new CliError(
       `cannot list the episodes of ${dir}: it is corrupt:\n` +
         report.problems.map((problem) => `  - ${problem}`).join("\n"),
-      "restore from another checkpoint, or see `gym ckpt inspect DIR`",
+      `restore from another checkpoint, or see \`${gym} ckpt inspect DIR\``,
     );
   }
   return report.episodes.map(fromCaptureKey);
@@ -795,6 +807,7 @@ export async function restoreCommand(
   io: Io,
 ): Promise<number> {
   const checkpointDir = path.resolve(io.cwd, dir);
+  const gym = commandOf(io);
   if ((options.episodes === undefined) === (options.all !== true)) {
     throw new UsageError(
       options.all === true
@@ -805,7 +818,7 @@ export async function restoreCommand(
   }
   const episodes =
     options.all === true
-      ? await checkpointEpisodes(checkpointDir)
+      ? await checkpointEpisodes(checkpointDir, gym)
       : readEpisodesFile(path.resolve(io.cwd, options.episodes as string));
   return await withSession(options, io, "restore", async (session) => {
     const replies = await restore(session.participants, {
@@ -848,7 +861,7 @@ export async function restoreCommand(
     io.out(
       resumed !== null
         ? "every participant resumed"
-        : `the participants stay closed until: gym ckpt resume --id ${id}`,
+        : `the participants stay closed until: ${gym} ckpt resume --id ${id}`,
     );
     return 0;
   });

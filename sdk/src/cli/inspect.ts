@@ -14,7 +14,7 @@ import { readCheckpoint } from "../store/records-reader.js";
 import { MANIFEST_FILE } from "../store/paths.js";
 import { PARTICIPANT_KINDS } from "../wire/control.js";
 import { encodeJson } from "../wire/json-value.js";
-import { CliError, UsageError, describeError, type Io } from "./output.js";
+import { CliError, UsageError, commandOf, describeError, type Io } from "./output.js";
 import { listCell, table, truncate } from "./table.js";
 
 /** How long a boundary summary may be, in characters. */
@@ -269,11 +269,14 @@ export function renderInspectReport(report: InspectReport): string {
   return parts.join("\n");
 }
 
-/** A directory that holds no checkpoint was named where one is needed: bad usage. */
-export function noCheckpoint(report: InspectReport): UsageError {
+/**
+ * A directory that holds no checkpoint was named where one is needed: bad usage. `gym` is the
+ * prefix of the commands the advice names.
+ */
+export function noCheckpoint(report: InspectReport, gym: string): UsageError {
   const error = new UsageError(
     `there is no checkpoint at ${report.checkpoint_dir}: ${report.problems.join("; ")}`,
-    "pass the directory a checkpoint was written to (the --dir of `gym ckpt commit` or `gym ckpt checkpoint`)",
+    `pass the directory a checkpoint was written to (the --dir of \`${gym} ckpt commit\` or \`${gym} ckpt checkpoint\`)`,
   );
   // `--json` still prints the report: a script reads `found: false` instead of nothing.
   error.json = report;
@@ -289,15 +292,16 @@ export async function inspectCommand(
   options: { json?: boolean },
   io: Io,
 ): Promise<number> {
+  const gym = commandOf(io);
   const report = await inspectCheckpoint(path.resolve(io.cwd, dir));
-  if (!report.found) throw noCheckpoint(report);
+  if (!report.found) throw noCheckpoint(report, gym);
   if (options.json === true) io.out(JSON.stringify(report, null, 2));
   else io.out(renderInspectReport(report));
   if (!report.ok) {
     throw new CliError(
       `checkpoint ${report.checkpoint_dir} is corrupt:\n` +
         report.problems.map((problem) => `  - ${problem}`).join("\n"),
-      "do not restore from it: restore an earlier checkpoint, or take a new one with `gym ckpt checkpoint --dir DIR`",
+      `do not restore from it: restore an earlier checkpoint, or take a new one with \`${gym} ckpt checkpoint --dir DIR\``,
     );
   }
   return 0;

@@ -18,7 +18,7 @@ import { loadDeploymentFile, resolveDeployment } from "./deployment-file.js";
 import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand, tsxLoader } from "./node-command.js";
-import { CliError, UsageError, type Io } from "./output.js";
+import { CliError, UsageError, commandOf, type Io } from "./output.js";
 import { chooseFreePorts } from "./ports.js";
 import { isProcessAlive, pollUntil, stopGroups, type GroupStop } from "./processes.js";
 import {
@@ -76,6 +76,7 @@ function relative(io: Io, file: string): string {
 
 /** Loads the deployment, checks the state file, chooses ports and writes the resolved deployment. */
 export async function planServe(options: ServeOptions, io: Io): Promise<ServePlan> {
+  const gym = commandOf(io);
   const loaded = loadDeploymentFile(options.deploymentFile, { env: io.env, cwd: io.cwd });
   const stateFile = chooseStateFile({
     state: options.state,
@@ -104,7 +105,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
   const existing = readState(stateFile);
   const alive = (entry: StateServer | undefined): boolean =>
     entry !== undefined && isProcessAlive(entry.pid);
-  const stopHint = `stop it with \`gym stop --state ${relative(io, stateFile)}\`, or keep it and use another state file with --state FILE`;
+  const stopHint = `stop it with \`${gym} stop --state ${relative(io, stateFile)}\`, or keep it and use another state file with --state FILE`;
   if (only === null && existing !== null) {
     const running = Object.values(existing.servers).filter(alive);
     if (running.length > 0) {
@@ -122,7 +123,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
       if (alive(entry)) {
         throw new CliError(
           `server ${name} is already running (pid ${entry?.pid})`,
-          `stop it first with \`gym stop --only ${name} --state ${relative(io, stateFile)}\``,
+          `stop it first with \`${gym} stop --only ${name} --state ${relative(io, stateFile)}\``,
         );
       }
     }
@@ -131,7 +132,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
       if (existing === null || entry === undefined || !alive(entry)) {
         throw new CliError(
           `server ${name} is not running (per ${relative(io, stateFile)}), and --only does not start it`,
-          `start it too (--only ${[...targets, name].join(",")}), or start everything with \`gym serve ${relative(io, loaded.file)}\``,
+          `start it too (--only ${[...targets, name].join(",")}), or start everything with \`${gym} serve ${relative(io, loaded.file)}\``,
         );
       }
       keep[name] = entry;
@@ -157,6 +158,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     state_file: paths.stateFile,
     resolved_file: paths.resolvedFile,
     logs_dir: paths.logsDir,
+    command: gym,
     deployment,
     health_timeout_ms: options.healthTimeoutMs ?? DEFAULT_HEALTH_TIMEOUT_MS,
     grace_ms: options.graceMs ?? DEFAULT_GRACE_MS,
@@ -263,7 +265,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
     io.out(startedTable(state, names));
     io.out(
       `\nrunning in the background (state: ${stateShown}, logs: ${relative(io, plan.logs_dir)}/)\n` +
-        `stop with: gym stop --state ${stateShown}`,
+        `stop with: ${commandOf(io)} stop --state ${stateShown}`,
     );
     return 0;
   }
@@ -322,7 +324,7 @@ export interface StopOptions {
  * idempotent: with no state file there is nothing to stop, which is said, and the status is 0.
  */
 export async function stop(options: StopOptions, io: Io): Promise<number> {
-  const stateFile = runStateFile({ ...options, cwd: io.cwd });
+  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
   const state = readState(stateFile);
   if (state === null) {
     if (options.json === true) {

@@ -9,7 +9,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { sdkVersion } from "./defaults.js";
-import { CliError, type Io } from "./output.js";
+import { CliError, commandOf, type Io } from "./output.js";
 
 /** One generated document: its file name inside the output directory and its text. */
 export interface GeneratedDocument {
@@ -48,7 +48,7 @@ export async function openapiCommand(
   options: { out?: string; check?: boolean },
   io: Io,
 ): Promise<number> {
-  const regenerate = `regenerate them with \`gym openapi --out ${options.out ?? "openapi"}\` (npm run openapi)`;
+  const regenerate = `regenerate them with \`${commandOf(io)} openapi --out ${options.out ?? "openapi"}\` (npm run openapi)`;
   return await writeDocuments(generatedDocuments(), options, io, regenerate);
 }
 

@@ -2,6 +2,7 @@
  * What every `gym` command writes to and how it fails: the output streams (so tests can run the
  * CLI in-process and capture them), and the two errors that carry an exit status.
  */
+import { DEFAULT_COMMAND, invokedAs } from "./invocation.js";
 
 /** Where a command writes: people read `out`, problems and progress go to `err`. */
 export interface Io {
@@ -11,16 +12,28 @@ export interface Io {
   readonly cwd: string;
   /** The environment `${VAR}` references are expanded from. */
   readonly env: NodeJS.ProcessEnv;
+  /**
+   * What the user types to run `gym` (`npm run gym --`, `npx gym`): every command a hint or
+   * next step prints starts with it. Read it with {@link commandOf}.
+   * @default "gym"
+   */
+  readonly command?: string;
 }
 
-/** The process's own streams, cwd and environment. */
+/** The process's own streams, cwd and environment, and how it was invoked ({@link invokedAs}). */
 export function processIo(): Io {
   return {
     out: (text) => void process.stdout.write(text.endsWith("\n") ? text : `${text}\n`),
     err: (text) => void process.stderr.write(text.endsWith("\n") ? text : `${text}\n`),
     cwd: process.cwd(),
     env: process.env,
+    command: invokedAs(process.env, process.argv[1]),
   };
+}
+
+/** The prefix of the `gym` commands `io`'s hints print: {@link Io.command}, or `gym`. */
+export function commandOf(io: Pick<Io, "command">): string {
+  return io.command ?? DEFAULT_COMMAND;
 }
 
 /** Exit status: success. */

@@ -22,6 +22,7 @@ import {
   EXIT_OK,
   EXIT_USAGE,
   UsageError,
+  commandOf,
   processIo,
   type Io,
 } from "./output.js";
@@ -233,7 +234,7 @@ function buildProgram(handlers: Handlers): Command {
           if (positional !== undefined && flags.deployment !== undefined) {
             throw new UsageError(
               "the deployment file is given twice (as an argument and with --deployment)",
-              "pass it once: gym stop FILE, or gym stop --deployment FILE",
+              `pass it once: ${commandOf(io)} stop FILE, or ${commandOf(io)} stop --deployment FILE`,
             );
           }
           const { stop } = await import("./launcher.js");

@@ -90,13 +90,16 @@ export function readState(stateFile: string): RunState | null {
   return parsed.data;
 }
 
-/** Reads the state file; a missing one is a {@link CliError} saying how to start a run. */
-export function requireState(stateFile: string): RunState {
+/**
+ * Reads the state file; a missing one is a {@link CliError} saying how to start a run, with
+ * `gym` as the command prefix (`npx gym`, …: see `invocation.ts`).
+ */
+export function requireState(stateFile: string, gym: string): RunState {
   const state = readState(stateFile);
   if (state === null) {
     throw new CliError(
       `no running deployment: there is no state file at ${stateFile}`,
-      "start one with `gym serve <deployment.yaml>`, or point at its state with --state FILE " +
+      `start one with \`${gym} serve <deployment.yaml>\`, or point at its state with --state FILE ` +
         "or --deployment FILE",
     );
   }
@@ -106,12 +109,14 @@ export function requireState(stateFile: string): RunState {
 /**
  * The state file of a run that `gym stop` and `gym ckpt` act on ({@link chooseStateFile}), after
  * checking that a `--deployment` file (when it is what locates the state) exists: a mistyped
- * deployment path is named as such, not reported as a missing run.
+ * deployment path is named as such, not reported as a missing run. `command` is the prefix of
+ * the command its advice names.
  */
 export function runStateFile(options: {
   state?: string | undefined;
   deployment?: string | undefined;
   cwd: string;
+  command: string;
 }): string {
   if (options.state === undefined && options.deployment !== undefined) {
     const file = path.resolve(options.cwd, options.deployment);
@@ -124,7 +129,7 @@ export function runStateFile(options: {
     if (problem !== null) {
       throw new UsageError(
         `the deployment file ${file} ${problem}`,
-        "pass the deployment file the run was started from (`gym serve FILE`) with --deployment FILE, " +
+        `pass the deployment file the run was started from (\`${options.command} serve FILE\`) with --deployment FILE, ` +
           "or the run's state file with --state FILE",
       );
     }

@@ -28,7 +28,7 @@ import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
 import { FAILED_LOG_LINES } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
-import { CliError, describeError, type Io } from "./output.js";
+import { CliError, commandOf, describeError, type Io } from "./output.js";
 import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
 import type { RunState, StateServer } from "./state-file.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
@@ -52,6 +52,8 @@ export interface ServePlan {
   readonly state_file: string;
   readonly resolved_file: string;
   readonly logs_dir: string;
+  /** How `gym serve` was invoked (`npx gym`, …): the detached supervisor's advice uses it too. */
+  readonly command: string;
   readonly deployment: ResolvedDeployment;
   readonly health_timeout_ms: number;
   readonly grace_ms: number;
@@ -274,11 +276,13 @@ export interface FailedServer extends StartFailure {
 /**
  * What a failed start prints: each failed server's reason and log lines, then what to do. A
  * server that was still running but never answered gets the `--health-timeout` advice too.
+ * `gym` is the prefix of the command the advice names.
  */
 export function startFailureReport(
   failed: readonly FailedServer[],
   others: number,
   healthTimeoutMs: number,
+  gym: string,
 ): { message: string; hint: string } {
   const parts = failed.map(
     ({ name, reason, log, lines }) =>
@@ -290,7 +294,7 @@ export function startFailureReport(
     parts.join("\n\n") +
     (others > 0 ? `\n\nstopped the ${plural(others, "other server")} started with it` : "");
   const slow = failed.filter((server) => server.timedOut).map((server) => server.name);
-  const fix = "fix the server (its log is above) and run `gym serve` again";
+  const fix = `fix the server (its log is above) and run \`${gym} serve\` again`;
   if (slow.length === 0) return { message, hint: fix };
   // A server that runs but has not answered may just be slow to start (a cold tsx compile).
   const longer = `--health-timeout ${Math.ceil(Math.max(healthTimeoutMs * 2, 60_000) / 1_000)}s`;
@@ -370,6 +374,7 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
         })),
         children.length - failures.length,
         plan.health_timeout_ms,
+        commandOf(io),
       );
       hooks.onFailed(report.message, report.hint);
       return 1;
@@ -481,6 +486,8 @@ export async function runSupervisorProcess(argv: readonly string[]): Promise<num
     err: (text) => void process.stderr.write(`${stamp(text)}\n`),
     cwd: process.cwd(),
     env: process.env,
+    // This process's own argv names supervisor-process, not how the user ran `gym serve`.
+    command: plan.command,
   };
   const send = (message: SupervisorMessage): void => {
     if (process.connected && process.send !== undefined) process.send(message);

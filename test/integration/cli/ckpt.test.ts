@@ -101,7 +101,11 @@ async function deploy(
   return { stateFile, dir, counterUrl: deployment.servers.counter?.url ?? "" };
 }
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+/** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
+async function gymAs(
+  command: string | undefined,
+  ...argv: string[]
+): Promise<{ code: number; out: string; err: string }> {
   let out = "";
   let err = "";
   const io: Io = {
@@ -109,9 +113,14 @@ async function gym(...argv: string[]): Promise<{ code: number; out: string; err:
     err: (text) => void (err += `${text}\n`),
     cwd: root,
     env: {},
+    ...(command === undefined ? {} : { command }),
   };
   const code = await runCli(argv, io);
   return { code, out, err };
+}
+
+async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return await gymAs(undefined, ...argv);
 }
 
 async function episodesOf(url: string): Promise<{ live: string[]; pending: string[] }> {
@@ -571,6 +580,58 @@ describe("what to do follows what went wrong", () => {
     );
     expect(code).toBe(2);
     expect(err).toMatch(/there is no checkpoint at .*nope: .* does not exist/);
+  });
+});
+
+describe("next steps and advice name gym the way it was invoked", () => {
+  it("prepare and commit print their next steps as `npm run gym -- …`", async () => {
+    const { stateFile } = await deploy();
+    const npm = (...argv: string[]) => gymAs("npm run gym --", ...argv);
+    const prepared = await npm("ckpt", "prepare", "--id", "n1", "--state", stateFile);
+    expect(prepared.code).toBe(0);
+    expect(prepared.out).toMatch(/^next: npm run gym -- ckpt commit --id n1 --dir DIR$/m);
+    const committed = await npm(
+      "ckpt",
+      "commit",
+      "--id",
+      "n1",
+      "--dir",
+      "n1",
+      "--state",
+      stateFile,
+    );
+    expect(committed.code).toBe(0);
+    expect(committed.out).toMatch(
+      /^next: npm run gym -- ckpt resume --id n1 \(check it with npm run gym -- ckpt inspect n1\)$/m,
+    );
+    expect(committed.out).not.toMatch(/gym ckpt/);
+    expect((await npm("ckpt", "resume", "--id", "n1", "--state", stateFile)).code).toBe(0);
+  });
+
+  it("a refusal's advice and a down deployment's advice say `npx gym …`", async () => {
+    const { stateFile, dir } = await deploy();
+    const refused = await gymAs(
+      "npx gym",
+      "ckpt",
+      "commit",
+      "--id",
+      "idle",
+      "--dir",
+      path.join(dir, "c"),
+      "--scope",
+      "all",
+      "--state",
+      stateFile,
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(
+      /what to do: a participant is not in the phase .*see `npx gym ckpt status`/,
+    );
+
+    await Promise.all(running.splice(0).map((server) => server.close()));
+    const down = await gymAs("npx gym", "ckpt", "status", "--state", stateFile);
+    expect(down.code).toBe(1);
+    expect(down.err).toMatch(/start it with `npx gym serve .*deployment\.yaml`/);
   });
 });
 

@@ -18,7 +18,11 @@ let root: string;
 let pristine: string;
 let cases = 0;
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+/** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
+async function gymAs(
+  command: string | undefined,
+  ...argv: string[]
+): Promise<{ code: number; out: string; err: string }> {
   let out = "";
   let err = "";
   const io: Io = {
@@ -26,9 +30,14 @@ async function gym(...argv: string[]): Promise<{ code: number; out: string; err:
     err: (text) => void (err += `${text}\n`),
     cwd: root,
     env: {},
+    ...(command === undefined ? {} : { command }),
   };
   const code = await runCli(argv, io);
   return { code, out, err };
+}
+
+async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return await gymAs(undefined, ...argv);
 }
 
 async function writeParticipant(
@@ -137,6 +146,14 @@ describe("a corrupt checkpoint exits 1 naming the participant and the problem", 
     expect(out).toMatch(/CORRUPT \(2 of 3 participant\(s\) verified\)/);
   });
 
+  it("its advice names gym as it was invoked", async () => {
+    const dir = await copy();
+    await rm(path.join(dir, "gym", "resources", "counter", "manifest.json"));
+    const { code, err } = await gymAs("npx gym", "ckpt", "inspect", dir);
+    expect(code).toBe(1);
+    expect(err).toMatch(/take a new one with `npx gym ckpt checkpoint --dir DIR`$/m);
+  });
+
   it("a missing manifest", async () => {
     const dir = await copy();
     await rm(path.join(dir, "gym", "agent", "simple_agent", "manifest.json"));
@@ -223,5 +240,13 @@ describe("a directory holding no checkpoint is bad usage (exit 2), not a corrupt
     const json = await gym("ckpt", "inspect", dir, "--json");
     expect(json.code).toBe(2);
     expect(JSON.parse(json.out)).toMatchObject({ found: false, ok: false, checkpoint_dir: dir });
+  });
+
+  it("its advice names gym as it was invoked", async () => {
+    const { code, err } = await gymAs("npm run gym --", "ckpt", "inspect", path.join(root, "nope"));
+    expect(code).toBe(2);
+    expect(err).toMatch(
+      /the --dir of `npm run gym -- ckpt commit` or `npm run gym -- ckpt checkpoint`/,
+    );
   });
 });

@@ -47,8 +47,8 @@ afterEach(async () => {
 
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
-function io(): Io {
-  return { out: () => {}, err: () => {}, cwd: temp, env: {} };
+function io(command?: string): Io {
+  return { out: () => {}, err: () => {}, cwd: temp, env: {}, ...(command ? { command } : {}) };
 }
 
 describe("server modules", () => {
@@ -184,6 +184,18 @@ describe("planning a run", () => {
     // --only echo: counter runs, so only echo is planned and counter is kept.
     const only = await planServe({ deploymentFile: file, only: ["echo"] }, io());
     expect(Object.keys(only.keep)).toEqual(["counter"]);
+  });
+
+  it("names gym as invoked in its advice, and in the plan the supervisor gets", async () => {
+    const file = copyGood();
+    const plan = await planServe({ deploymentFile: file }, io("npx gym"));
+    expect(plan.command).toBe("npx gym");
+    expect((await planServe({ deploymentFile: file }, io())).command).toBe("gym");
+    await expect(
+      planServe({ deploymentFile: file, only: ["echo"] }, io("npm run gym --")),
+    ).rejects.toMatchObject({
+      hint: expect.stringMatching(/or start everything with `npm run gym -- serve \S+\.yaml`$/),
+    });
   });
 
   it("refuses --only when another server of the deployment is not running", async () => {

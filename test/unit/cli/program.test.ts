@@ -8,7 +8,11 @@ import { runCli } from "../../../sdk/src/cli/program.js";
 const temp = mkdtempSync(path.join(tmpdir(), "gym-program-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+/** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
+async function gymAs(
+  command: string | undefined,
+  ...argv: string[]
+): Promise<{ code: number; out: string; err: string }> {
   let out = "";
   let err = "";
   const io: Io = {
@@ -16,9 +20,14 @@ async function gym(...argv: string[]): Promise<{ code: number; out: string; err:
     err: (text) => void (err += `${text}\n`),
     cwd: process.cwd(),
     env: {},
+    ...(command === undefined ? {} : { command }),
   };
   const code = await runCli(argv, io);
   return { code, out, err };
+}
+
+async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return await gymAs(undefined, ...argv);
 }
 
 describe("gym --help and --version", () => {
@@ -148,6 +157,40 @@ describe("failures exit 1 and say what to do", () => {
     const { code, err } = await gym("serve", "/nonexistent/deployment.yaml");
     expect(code).toBe(1);
     expect(err).toMatch(/no such file/);
+  });
+});
+
+describe("hints name gym the way it was invoked", () => {
+  it("a missing state file, under `npm run gym --`", async () => {
+    const { code, err } = await gymAs(
+      "npm run gym --",
+      "ckpt",
+      "status",
+      "--state",
+      "/nonexistent/run.json",
+    );
+    expect(code).toBe(1);
+    expect(err).toMatch(/what to do: start one with `npm run gym -- serve <deployment.yaml>`/);
+  });
+
+  it("a missing deployment file, under `npx gym`", async () => {
+    const { code, err } = await gymAs(
+      "npx gym",
+      "ckpt",
+      "status",
+      "--deployment",
+      "/nonexistent/d.yaml",
+    );
+    expect(code).toBe(2);
+    expect(err).toMatch(/the run was started from \(`npx gym serve FILE`\)/);
+  });
+
+  it("a deployment file given twice, under `npx gym`", async () => {
+    const { code, err } = await gymAs("npx gym", "stop", "a.yaml", "--deployment", "b.yaml");
+    expect(code).toBe(2);
+    expect(err).toMatch(
+      /what to do: pass it once: npx gym stop FILE, or npx gym stop --deployment FILE/,
+    );
   });
 });
 

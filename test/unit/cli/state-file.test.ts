@@ -90,8 +90,8 @@ describe("reading and writing", () => {
   it("reads a missing state file as null, and requireState says how to start a run", () => {
     const file = path.join(temp, "none", "run.json");
     expect(readState(file)).toBeNull();
-    expect(() => requireState(file)).toThrow(CliError);
-    expect(() => requireState(file)).toThrow(/no running deployment/);
+    expect(() => requireState(file, "gym")).toThrow(CliError);
+    expect(() => requireState(file, "gym")).toThrow(/no running deployment/);
   });
 
   it("refuses a file that is not a run state, saying what to do", () => {

@@ -49,7 +49,7 @@ describe("startFailureReport", () => {
   };
 
   it("says to fix a server that exited, with its log lines", () => {
-    const report = startFailureReport([exited], 1, 30_000);
+    const report = startFailureReport([exited], 1, 30_000, "gym");
     expect(report.message).toMatch(/server broken failed to start: it exited with code 1/);
     expect(report.message).toMatch(/last 1 lines of \/logs\/broken\.log:\n {2}\| boom/);
     expect(report.message).toMatch(/stopped the 1 other server started with it/);
@@ -57,12 +57,20 @@ describe("startFailureReport", () => {
     expect(report.hint).not.toMatch(/--health-timeout/);
   });
 
+  it("names gym as it was invoked", () => {
+    expect(startFailureReport([exited], 0, 30_000, "npx gym").hint).toBe(
+      "fix the server (its log is above) and run `npx gym serve` again",
+    );
+  });
+
   it("points a server that never answered at --health-timeout", () => {
-    const report = startFailureReport([slow], 0, 30_000);
+    const report = startFailureReport([slow], 0, 30_000, "gym");
     expect(report.message).toMatch(/ {2}\(empty\)/);
     expect(report.hint).toMatch(
       /if slow is only slow to start, give it longer with --health-timeout 60s/,
     );
-    expect(startFailureReport([exited, slow], 0, 45_000).hint).toMatch(/--health-timeout 90s/);
+    expect(startFailureReport([exited, slow], 0, 45_000, "gym").hint).toMatch(
+      /--health-timeout 90s/,
+    );
   });
 });
