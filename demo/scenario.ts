@@ -64,8 +64,8 @@ function isQuick(i: number, quickEvery: number): boolean {
   return quickEvery > 0 && i % quickEvery === quickEvery - 1;
 }
 
-/** The `/run` body of rollout `i`; a quick one asks for no tool. */
-function runBody(episode: EpisodeId, i: number, quick: boolean): Record<string, unknown> {
+/** The `/run` body of rollout `i` (task `i` of the counter taskset); a quick one asks for no tool. */
+export function runBody(episode: EpisodeId, i: number, quick: boolean): Record<string, unknown> {
   return {
     episode_id: episode,
     task: {

@@ -8,8 +8,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { DeploymentRun } from "../../demo/deployment-run.js";
-import { runScenario } from "../../demo/scenario.js";
-import { killEverything } from "./helpers.js";
+import { runBody, runScenario } from "../../demo/scenario.js";
+import { episodeId } from "../../sdk/src/identity/episode-id.js";
+import { gym, killEverything } from "./helpers.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "gym-demo-scenario-"));
 const run = new DeploymentRun(dir);
@@ -31,4 +32,40 @@ describe("the demo scenario", () => {
     expect(report.replacementFailures).toBe(0);
     expect(report.rewards).toEqual({ "1": 16 });
   }, 180_000);
+
+  // The shell controller has no list of what is in flight, and the policy model refuses a commit
+  // without one (its contract): `gym ckpt checkpoint` must still work on this deployment.
+  it("gym ckpt checkpoint commits a rollout in flight on the reference deployment, model included", async () => {
+    await run.backend("POST", "/_ctl/hold", { after_calls_per_rollout: 0 });
+    const reply = fetch(`${run.url("counter_env")}/run`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(runBody(episodeId("cli-0"), 0, false)),
+    });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const { calls } = await run.backend<{ calls: { rollout: string | null; held: boolean }[] }>(
+        "GET",
+        "/_ctl/calls",
+      );
+      if (calls.some((call) => call.rollout === "cli-0" && call.held)) break;
+      if (Date.now() > deadline) throw new Error("cli-0 never reached its held model call");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+
+    const checkpointDir = path.join(dir, "cli-checkpoint");
+    const done = await gym(
+      ["ckpt", "checkpoint", "--dir", checkpointDir, "--state", run.stateFile, "--json"],
+      { env: run.env },
+    );
+    expect(done.code, done.stderr).toBe(0);
+    const json = JSON.parse(done.stdout) as {
+      commit: Record<string, { episode_ids: string[] }>;
+    };
+    expect(json.commit.counter_env?.episode_ids).toEqual(["cli-0"]);
+    expect(json.commit.policy?.episode_ids).toEqual(["cli-0"]);
+
+    await run.backend("POST", "/_ctl/release");
+    expect((await reply).status).toBe(200);
+  }, 120_000);
 });

@@ -51,7 +51,7 @@ describe("gym serve failures", { timeout: 90_000 }, () => {
     expect(served.code).toBe(1);
     expect(served.stderr).toContain(`${deployment}:6: bad kind "database" for server echo`);
     expect(served.stderr).toMatch(/nothing was started/);
-    expect(served.stderr).toMatch(/what to do: fix the lines above/);
+    expect(served.stderr).toMatch(/what to do: fix what each line above names/);
     expect(existsSync(path.join(dir, ".gym"))).toBe(false);
     expect(processesMentioning(dir)).toEqual([]);
   });

@@ -9,7 +9,8 @@
  * `commit` (and `checkpoint`) send `episode_ids: null` ("everything each participant holds") when
  * that is exactly the continued episodes: with `--scope all`, or with the default
  * `--scope continued` when the last prepare reported no restarts (participants never export
- * restarts they know of). When the prepare reported restarts, an earlier stage may have
+ * restarts they know of). The model, which refuses `null`, then commits what the others
+ * exported (see `commitEverywhere`). When the prepare reported restarts, an earlier stage may have
  * exported an episode a later stage reported, so the continued scope must be explicit: pass
  * `--episodes FILE` (capture keys in flight, one per line) and the restarts are taken out with
  * `PrepareResult.continued`. The last prepare is kept in the state directory
@@ -135,6 +136,10 @@ const CODE_HINTS: Record<string, (gym: string) => string> = {
   restart_in_scope: () =>
     "the scope names an episode reported as a restart: leave it out of --episodes",
   retire_incomplete: () => "a retire did not finish: retire those episodes again, then forget",
+  stale_attempt: (gym) =>
+    `those attempts are retired here (a failed restore retires its replacements): forget their rollouts first (\`${gym} ckpt forget --rollouts ID,...\`), or restore into freshly started servers`,
+  checkpoint_error: () =>
+    "the participant refused this step for the reason in DETAIL (its log says more): fix that, then take the step again",
 };
 
 /**
@@ -180,6 +185,9 @@ function refusalHint(
         names.filter((name) => codes[name] === code).map((name) => error.failures[name] ?? ""),
         gym,
       );
+    }
+    if (code === "checkpoint_error" && error.operation === "restore") {
+      return `a restore must go to servers that have served nothing yet: stop the deployment (\`${gym} stop\`), start it again (\`${gym} serve\`), then restore`;
     }
     const hint = code === undefined ? undefined : CODE_HINTS[code];
     if (hint !== undefined) return hint(gym);
@@ -522,6 +530,43 @@ export function commitScope(
   );
 }
 
+/** What {@link commitEverywhere} commits. */
+interface CommitStep {
+  readonly checkpointId: string;
+  readonly checkpointDir: string;
+  /** The continued episodes, or null: everything each participant holds. */
+  readonly episodeIds: EpisodeId[] | null;
+  readonly deadlineTs: number;
+}
+
+/**
+ * Commits on every participant. With an explicit scope that is one fan-out. With `null` it is
+ * two when the deployment has a model: the contract has the model refuse a commit without
+ * `episode_ids` (it cannot tell continued episodes from finished ones), and a shell has no list
+ * of what is in flight. So the other participants commit first with `null`, and the model then
+ * commits exactly the episodes they exported: the episodes in flight at a boundary (a prepare
+ * that reported no restarts exports nothing else), restored ones still waiting included.
+ */
+async function commitEverywhere(
+  session: Session,
+  step: CommitStep,
+): Promise<Record<string, CommitReply>> {
+  const { members } = session.participants;
+  const models = members.filter((member) => member.kind === "model");
+  if (step.episodeIds !== null || models.length === 0) {
+    return await commit(session.participants, step);
+  }
+  const others = members.filter((member) => member.kind !== "model");
+  const first =
+    others.length === 0 ? {} : await commit({ ...session.participants, members: others }, step);
+  const exported = new Set(Object.values(first).flatMap((reply) => reply.episode_ids));
+  const second = await commit(
+    { ...session.participants, members: models },
+    { ...step, episodeIds: [...exported].sort().map((key) => fromCaptureKey(key)) },
+  );
+  return { ...first, ...second };
+}
+
 function lastPrepareFor(session: Session, id: string, gym: string): PrepareResult {
   const last = readLastPrepare(session.paths.lastPrepareFile);
   if (last === null || last.checkpoint_id !== id) {
@@ -587,7 +632,7 @@ export async function commitCommand(
       scope === "all" && episodes === null
         ? null
         : commitScope(id, lastPrepareFor(session, id, gym), scope, episodes);
-    const replies = await commit(session.participants, {
+    const replies = await commitEverywhere(session, {
       checkpointId: id,
       checkpointDir,
       episodeIds,
@@ -702,12 +747,21 @@ export async function checkpointCommand(
     try {
       episodeIds = commitScope(id, prepared, scope, episodes);
     } catch (error) {
-      return await abort(error);
+      // Prepared, then refused here: say that nothing was left open or written.
+      if (!(error instanceof CliError)) return await abort(error);
+      const aborted = `nothing was written, and ${id} was aborted (every participant resumed)`;
+      return await abort(
+        new CliError(
+          error.message,
+          error.hint === null ? aborted : `${error.hint}; ${aborted}`,
+          error.exitCode,
+        ),
+      );
     }
     let committed: Record<string, CommitReply>;
     try {
       committed = await timed("commit", () =>
-        commit(session.participants, {
+        commitEverywhere(session, {
           checkpointId: id,
           checkpointDir,
           episodeIds,

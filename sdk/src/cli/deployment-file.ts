@@ -57,7 +57,7 @@ export class DeploymentFileError extends CliError {
     );
     super(
       `${file}: ${problems.length} problem${problems.length === 1 ? "" : "s"}; nothing was started\n${lines.join("\n")}`,
-      "fix the lines above and run the command again (see docs/deployment.md for the format)",
+      "fix what each line above names, then run the command again (see docs/deployment.md for the format)",
     );
   }
 }

@@ -6,6 +6,7 @@
  *
  * @see docs/controller.md
  */
+import path from "node:path";
 import { pino, type Logger } from "pino";
 import {
   captureKey,
@@ -92,7 +93,12 @@ export class CoordinationError extends Error {
 function describeFailure(error: unknown): string {
   if (error instanceof ServerReplyError)
     return `HTTP ${error.status} ${error.code} ${error.detail}`;
-  if (error instanceof ServerUnreachableError) return error.message;
+  // The failures are keyed by server already: its name is not repeated in the description.
+  if (error instanceof ServerUnreachableError) {
+    return error.message.startsWith(`${error.server}: `)
+      ? error.message.slice(error.server.length + 2)
+      : error.message;
+  }
   return error instanceof Error ? error.message : String(error);
 }
 
@@ -192,6 +198,7 @@ async function fanOut<T>(
   deadlineTs: number,
   onReply?: MemberTiming,
 ): Promise<Record<string, T>> {
+  checkDeadline(deadlineTs);
   const replies: Record<string, T> = {};
   const failures: Record<string, string> = {};
   await Promise.all(
@@ -210,6 +217,35 @@ async function fanOut<T>(
   );
   if (Object.keys(failures).length > 0) throw new CoordinationError(operation, failures);
   return replies;
+}
+
+/**
+ * `dir` resolved against the controller's working directory: a participant would resolve a
+ * relative one against its own (the deployment file's directory), silently elsewhere. An empty
+ * string stays empty, for the participant to refuse.
+ */
+function absoluteDir(dir: string): string {
+  return dir === "" ? dir : path.resolve(dir);
+}
+
+/** A deadline further ahead than this is a mistake (milliseconds given for seconds). */
+const MAX_DEADLINE_AHEAD_SECONDS = 366 * 24 * 3600;
+
+/**
+ * Refuses a deadline that cannot be meant: not a finite number, or more than a year ahead, which
+ * is what `Date.now() + 30_000` (milliseconds, where the contract takes Unix seconds) gives. Such
+ * a deadline would otherwise be accepted and hold every lease for millennia.
+ */
+function checkDeadline(deadlineTs: number): void {
+  if (!Number.isFinite(deadlineTs)) {
+    throw new RangeError(`deadlineTs must be a finite number of Unix seconds, got ${deadlineTs}`);
+  }
+  if (deadlineTs > Date.now() / 1000 + MAX_DEADLINE_AHEAD_SECONDS) {
+    throw new RangeError(
+      `deadlineTs ${deadlineTs} is more than a year ahead: it is Unix seconds, not milliseconds ` +
+        "(Date.now() / 1000 + 30 is 30 s from now)",
+    );
+  }
 }
 
 /** Told each member and how long its call took, in ms, as its reply arrives. */
@@ -305,8 +341,12 @@ export async function renew(
 /** What {@link commit} writes. */
 export interface CommitOptions {
   readonly checkpointId: string;
+  /** Where the checkpoint lives; a relative path is resolved against `process.cwd()`. */
   readonly checkpointDir: string;
-  /** Every continued episode (build it with `PrepareResult.continued`); null: everything live. */
+  /**
+   * Every continued episode (build it with `PrepareResult.continued`); null: everything each
+   * participant holds, which a policy model refuses (409 `checkpoint_error`, per the contract).
+   */
   readonly episodeIds: readonly EpisodeId[] | null;
   readonly deadlineTs: number;
   /** The controller stops after this checkpoint instead of resuming. @default false */
@@ -323,7 +363,7 @@ export async function commit(
   const body: Record<string, unknown> = {
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
-    checkpoint_dir: options.checkpointDir,
+    checkpoint_dir: absoluteDir(options.checkpointDir),
     episode_ids: options.episodeIds === null ? null : options.episodeIds.map(episodeIdToWire),
   };
   if (options.stop === true) body.stop = true;
@@ -340,6 +380,7 @@ export async function commit(
 /** What {@link restore} installs. */
 export interface RestoreOptions {
   readonly checkpointId: string;
+  /** Where the checkpoint lives; a relative path is resolved against `process.cwd()`. */
   readonly checkpointDir: string;
   /** The checkpointed attempts to continue (not the replacements). */
   readonly episodeIds: readonly EpisodeId[];
@@ -351,16 +392,19 @@ export interface RestoreOptions {
 /**
  * Restores on every participant at once, all or nothing: on failure the replacement attempts
  * are retired everywhere and everyone is resumed (both only logged when they fail), then the
- * restore's own error is raised.
+ * restore's own error is raised. When every participant refused (a 4xx other than
+ * `deadline_exceeded`: nothing was installed anywhere), the replacements are left alone.
  */
 export async function restore(
   participants: Participants,
   options: RestoreOptions,
 ): Promise<Record<string, RestoreReply>> {
+  // A mistaken deadline is refused before the try: it must not trigger the rollback below.
+  checkDeadline(options.deadlineTs);
   const body = {
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
-    checkpoint_dir: options.checkpointDir,
+    checkpoint_dir: absoluteDir(options.checkpointDir),
     episode_ids: options.episodeIds.map(episodeIdToWire),
   };
   try {
@@ -376,7 +420,11 @@ export async function restore(
     const log = participants.logger ?? pino({ level: "silent" });
     const cleanupDeadline = Math.max(options.deadlineTs, Date.now() / 1000 + 30);
     // Every stage is asked even when an earlier one fails: the replacements must stop everywhere.
-    const replacements = options.episodeIds.map(nextAttempt);
+    // When every participant refused before installing anything, the replacements may be live
+    // from an earlier restore (a retried command): retiring them would destroy them for nothing.
+    const replacements = refusedEverywhere(error, participants.members)
+      ? []
+      : options.episodeIds.map(nextAttempt);
     const bytes = encode({
       checkpoint_id: options.checkpointId,
       deadline_ts: cleanupDeadline,
@@ -398,6 +446,22 @@ export async function restore(
     }
     throw error;
   }
+}
+
+/**
+ * Whether a failed restore installed nothing anywhere: every member answered with a refusal
+ * (a 4xx reply), none of them `deadline_exceeded` (whose install may still be running). A
+ * participant that refuses a restore changes nothing but the retired marks of the checkpointed
+ * attempts (spec core §4.8), and its install is all or nothing.
+ */
+function refusedEverywhere(error: unknown, members: readonly Member[]): boolean {
+  if (!(error instanceof CoordinationError)) return false;
+  return members.every((member) => {
+    const match = /^HTTP (\d+) (\S+)/.exec(error.failures[member.name] ?? "");
+    if (match === null) return false;
+    const status = Number(match[1]);
+    return status >= 400 && status < 500 && match[2] !== "deadline_exceeded";
+  });
 }
 
 /**

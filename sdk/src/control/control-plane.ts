@@ -1,6 +1,6 @@
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { CheckpointError } from "../errors.js";
+import { CheckpointError, EpisodeError } from "../errors.js";
 import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
 import {
   captureKey,
@@ -9,7 +9,7 @@ import {
   type EpisodeId,
 } from "../identity/episode-id.js";
 import { readCheckpoint } from "../store/records-reader.js";
-import { RecordsWriter } from "../store/records-writer.js";
+import { RecordsWriter, refuseOccupiedDir } from "../store/records-writer.js";
 import {
   awaitUntil,
   deadlineSignal,
@@ -338,6 +338,29 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     });
   }
 
+  /**
+   * Refuses a restore whose replacement attempts are already retired here (`stale_attempt`),
+   * before anything changes. They are after a failed restore in this process (the controller
+   * retires every replacement then), or after a retire: installed, their state could never
+   * run, and would stand as a blocker of every later prepare. The contract is silent here;
+   * this is the typed refusal instead of state nobody can use.
+   */
+  #refuseRetiredReplacements(episodes: readonly EpisodeId[]): void {
+    const retired = episodes.filter((e) => this.participant.retired.isRetired(nextAttempt(e)));
+    if (retired.length === 0) return;
+    const keys = sortedCaptureKeys(retired.map(nextAttempt));
+    const rollouts = [...new Set(retired.map((e) => e.rollout_id))].sort();
+    const shown = (list: readonly string[]) =>
+      list.slice(0, 5).join("', '") + (list.length > 5 ? `' and ${list.length - 5} more` : "'");
+    throw new EpisodeError(
+      "stale_attempt",
+      `restore refused: the replacement attempt(s) '${shown(keys)} are retired here ` +
+        "(a failed restore retires its replacements everywhere); forget rollout(s) " +
+        `'${shown(rollouts)} first, or restore into freshly started servers`,
+      keys[0] ?? null,
+    );
+  }
+
   /** Installs the checkpointed state of `episode_ids` as their next attempts (fresh process). */
   async restore(request: RestoreRequest): Promise<RestoreReply> {
     const id = request.checkpoint_id;
@@ -348,6 +371,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const again = this.#stored(id, "restore", args);
       if (again !== undefined) return again as RestoreReply;
       this.#fence(id, ["idle"], "restore");
+      this.#refuseRetiredReplacements(request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
       this.participant.markRetired(request.episode_ids);
       const deadline = request.deadline_ts;
@@ -642,6 +666,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const offending = sortedCaptureKeys(request.episode_ids).filter((key) => restarts.has(key));
       if (offending.length > 0) throw CheckpointError.restartInScope(offending);
     }
+    // Before the write exists: refused now, the same ID may still commit to a fresh directory.
+    refuseOccupiedDir(target);
     // Manifest extras belong to the same cut as the records: taken once, with the export.
     try {
       newWrite.writer = new RecordsWriter({

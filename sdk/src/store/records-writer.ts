@@ -1,4 +1,5 @@
 import { createHash, randomBytes, type Hash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { link, mkdir, open, readFile, rename, unlink, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { CheckpointStateError } from "../errors.js";
@@ -23,6 +24,37 @@ export interface WriteTarget extends ParticipantLocation {
   readonly checkpointId: string;
   /** Participant fields merged into the manifest (`manifestExtra`). */
   readonly manifestExtra?: Record<string, unknown>;
+}
+
+/**
+ * Refuses, before anything is exported or written, a directory whose manifest already belongs
+ * to another checkpoint: the write would fail at its very end anyway, and a write once started
+ * ties its checkpoint ID to its directory (spec core §4.7.1), so refusing late would leave the
+ * ID unable to commit anywhere else. A manifest of the same checkpoint is left to the writer,
+ * which compares it whole (a retried commit finds its own manifest).
+ */
+export function refuseOccupiedDir(target: WriteTarget): void {
+  const dir = participantDir(target);
+  let text: string;
+  try {
+    text = readFileSync(path.join(dir, MANIFEST_FILE), "utf8");
+  } catch {
+    return; // No manifest (or none readable): the write finds out for itself.
+  }
+  let checkpointId: unknown = null;
+  try {
+    const parsed: unknown = JSON.parse(text);
+    if (parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)) {
+      checkpointId = (parsed as { checkpoint_id?: unknown }).checkpoint_id ?? null;
+    }
+  } catch {
+    // Not JSON: it is still not this checkpoint's manifest.
+  }
+  if (checkpointId === target.checkpointId) return;
+  throw new CheckpointStateError(
+    `${dir} already holds a different commit (manifest of checkpoint ` +
+      `${JSON.stringify(checkpointId)}); write each checkpoint to a fresh directory`,
+  );
 }
 
 function ioError(dir: string, error: unknown): CheckpointStateError {

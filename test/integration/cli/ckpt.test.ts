@@ -373,6 +373,9 @@ describe("restarts and the commit scope", () => {
     );
     expect(code).toBe(2);
     expect(err).toMatch(/restart\(s\) \(task-2\)/);
+    expect(err).toMatch(
+      /nothing was written, and ckpt-\S+ was aborted \(every participant resumed\)/,
+    );
     const status = await gym("ckpt", "status", "--state", stateFile, "--json");
     expect(JSON.parse(status.out).servers.counter.phase).toBe("idle");
   });

@@ -414,6 +414,28 @@ describe("restore", () => {
     for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
   });
 
+  it("leaves the replacements alone when every participant refused: a retried restore destroys nothing", async () => {
+    await checkpointR1();
+
+    const fresh = await deploy(FULL);
+    const options = {
+      checkpointId: "c1",
+      checkpointDir: dir,
+      episodeIds: [episodeId("r1")],
+      deadlineTs: deadline(),
+    };
+    await restore(fresh.participants, options);
+    await resume(fresh.participants, "c1", deadline());
+    // The same command again: c1 was resumed, so every participant refuses it at once.
+    calls.length = 0;
+    const error = (await restore(fresh.participants, options).catch(
+      (e: unknown) => e,
+    )) as CoordinationError;
+    expect(error).toBeInstanceOf(CoordinationError);
+    expect(new Set(Object.values(error.codes()))).toEqual(new Set(["stale_checkpoint"]));
+    expect(calls.filter((call) => call.includes(":retire:"))).toEqual([]);
+  });
+
   it("still retires the replacements on later stages when an earlier stage's retire fails", async () => {
     await checkpointR1();
 
@@ -450,6 +472,38 @@ describe("deadlines", () => {
     const monthAhead = Date.now() / 1000 + 30 * 24 * 3600;
     expect((await prepare(participants, "c1", monthAhead)).prepared).toBe(true);
     await resume(participants, "c1", monthAhead);
+  });
+
+  it.each([
+    ["milliseconds for seconds", Date.now() + 30_000, /Unix seconds, not milliseconds/],
+    ["not a number", Number.NaN, /finite number of Unix seconds/],
+  ])("refuse a deadline given in %s before calling anyone", async (_case, deadlineTs, message) => {
+    const { participants } = await deploy(FULL);
+    const spy = vi.spyOn(participants.client, "control");
+    await expect(prepare(participants, "c1", deadlineTs)).rejects.toThrow(RangeError);
+    await expect(resume(participants, "c1", deadlineTs)).rejects.toThrow(message);
+    expect(spy).not.toHaveBeenCalled();
+  });
+});
+
+describe("checkpoint directories", () => {
+  it("send a relative directory resolved against the controller's working directory", async () => {
+    const { participants, byName } = await deploy(FULL);
+    for (const p of byName.values()) p.episodes = [episodeId("r1")];
+    await prepare(participants, "c1", deadline());
+    const spy = vi.spyOn(participants.client, "control");
+    const relative = path.relative(process.cwd(), path.join(dir, "relative-commit"));
+    expect(path.isAbsolute(relative)).toBe(false);
+    const replies = await commit(participants, {
+      checkpointId: "c1",
+      checkpointDir: relative,
+      episodeIds: [episodeId("r1")],
+      deadlineTs: deadline(),
+    });
+    const body = JSON.parse(Buffer.from(spy.mock.calls[0]?.[2] as Uint8Array).toString("utf8"));
+    expect(body.checkpoint_dir).toBe(path.join(dir, "relative-commit"));
+    expect(Object.keys(replies)).toHaveLength(5);
+    await resume(participants, "c1", deadline());
   });
 });
 

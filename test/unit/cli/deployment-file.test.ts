@@ -105,7 +105,7 @@ describe("loading the fixture deployments", () => {
       const failure = error as DeploymentFileError;
       expect(failure.message).toContain(`${file}:6: bad kind`);
       expect(failure.message).toContain("nothing was started");
-      expect(failure.hint).toMatch(/fix the lines above/);
+      expect(failure.hint).toMatch(/fix what each line above names/);
       expect(failure.exitCode).toBe(1);
     }
   });

@@ -248,6 +248,32 @@ describe("one export per checkpoint", () => {
   });
 });
 
+describe("a directory that holds another checkpoint's commit", () => {
+  it("is refused before anything is exported, so the same ID can commit to a fresh directory", async () => {
+    parked({ a: 1 });
+    await prepareReady(h.cp, "old");
+    await h.cp.commit(commitReq("old", dir, ["a"]));
+    await h.cp.resume(req("old"));
+
+    await prepareReady(h.cp, "k1");
+    const refused = await expectCode(
+      h.cp.commit(commitReq("k1", dir, ["a"])),
+      "invalid_checkpoint_state",
+    );
+    expect(refused.status).toBe(422);
+    expect(refused.message).toMatch(
+      /already holds a different commit \(manifest of checkpoint "old"\)/,
+    );
+    expect(h.participant.callsOf("export")).toHaveLength(1); // the old commit's only
+
+    const fresh = path.join(dir, "fresh");
+    const reply = await h.cp.commit(commitReq("k1", fresh, ["a"]));
+    expect(reply.phase).toBe("committed");
+    expect(reply.manifest.checkpoint_id).toBe("k1");
+    expect(await storedRecords(fresh)).toHaveLength(1);
+  });
+});
+
 describe("restart_in_scope", () => {
   it("refuses a scope naming a reported restart, listing the sorted keys, and exports nothing", async () => {
     parked({ a: 1 });

@@ -134,6 +134,34 @@ describe("a failed read", () => {
   });
 });
 
+describe("a restore whose replacements are already retired here", () => {
+  // What a failed restore leaves: the controller retired every replacement everywhere.
+  it("is refused with stale_attempt naming them, changing nothing, and runs once they are forgotten", async () => {
+    await writeCheckpoint(dir, { a: 1, b: 2 });
+    h.participant.markRetired([ep("a", 1)]);
+    const refused = await expectCode(
+      h.cp.restore(restoreReq("r1", dir, ["a", "b"])),
+      "stale_attempt",
+    );
+    expect(refused.status).toBe(409);
+    expect(refused.message).toMatch(/'a-a1' are retired here.*forget rollout\(s\) 'a' first/);
+    // Nothing changed: b was not marked, nothing was read or installed, admission is open.
+    expect(h.participant.retired.isRetired(ep("b"))).toBe(false);
+    expect(h.cp.status().retired_rollouts).toBe(1);
+    expect(h.participant.calls).toEqual([]);
+    expect(h.cp.phase).toBe("idle");
+    expect(h.participant.admissionOpen).toBe(true);
+
+    await h.cp.forget({
+      checkpoint_id: "f",
+      deadline_ts: Date.now() / 1000 + 30,
+      rollout_ids: ["a"],
+    });
+    const reply = await h.cp.restore(restoreReq("r1", dir, ["a", "b"]));
+    expect(reply.restored).toEqual(["a-a1", "b-a1"]);
+  });
+});
+
 describe("a failed install", () => {
   it("reopens admission and leaves the participant idle, allowing a retry", async () => {
     await writeCheckpoint(dir, { a: 1 });
