@@ -185,7 +185,10 @@ export abstract class ResourcesServer extends Server {
     return Promise.resolve();
   }
 
-  /** The subclass's tool routes. */
+  /**
+   * The subclass's tool routes. Each is documented under `/ng-rollout/{capture_key}/` as well
+   * (how an episode calls it) unless it sets `rolloutPrefixed: false`.
+   */
   protected tools(): readonly DataRoute[] {
     return [];
   }
@@ -313,7 +316,11 @@ export abstract class ResourcesServer extends Server {
         rolloutPrefixed: true,
         handler: (input) => this.closeSession(withSession(input)),
       }),
-      ...this.tools(),
+      // A tool is called under the episode's `/ng-rollout/<capture key>/` prefix (a restored
+      // session needs it): documented there too, unless the tool says otherwise.
+      ...this.tools().map((tool) =>
+        tool.rolloutPrefixed === undefined ? { ...tool, rolloutPrefixed: true } : tool,
+      ),
     ];
   }
 }

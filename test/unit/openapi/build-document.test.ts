@@ -200,6 +200,11 @@ describe("the committed reference server documents (openapi/reference)", () => {
     for (const route of CONTROL_ROUTES) expect(counter.paths?.[route.path]).toBeDefined();
     const verify = operation(counter, "/ng-rollout/{capture_key}/verify", "post");
     expect(Object.keys(verify.responses ?? {})).toEqual(expect.arrayContaining(["400", "409", "422", "502"]));
+    // A tool is documented where an episode calls it, under the rollout prefix, too.
+    for (const tool of ["/increment_counter", "/get_counter_value"]) {
+      expect(operation(counter, tool, "post")).toBeDefined();
+      expect(operation(counter, `/ng-rollout/{capture_key}${tool}`, "post")).toBeDefined();
+    }
     const inference = JSON.parse(await readFile(path.join(dir, "inference.json"), "utf8")) as OpenAPIObject;
     expect(inference.paths?.[CONTROL_ROUTES[0]?.path ?? ""]).toBeUndefined(); // a backend is no participant
   });
