@@ -1,6 +1,7 @@
 /**
  * The numbered commands printed at the end: into the project, install, test, serve it under
- * `gym serve` (its `serve` script builds first), and checkpoint it from a second terminal.
+ * `gym serve` in the foreground (its `serve` script builds first), and checkpoint it from a
+ * second terminal into a new `checkpoints/<UTC time>` directory (its `checkpoint` script).
  *
  * @module
  */
@@ -27,7 +28,7 @@ export function nextSteps(input: {
     [`${pm} install`, ""],
     [run("test"), "the tests, with a checkpoint and restore at every boundary"],
     [run("serve"), "build, then gym serve deployment.yaml: Swagger UI at <url>/docs"],
-    [run("checkpoint"), "in a second terminal: gym ckpt checkpoint into checkpoints/"],
+    [run("checkpoint"), "in a second terminal: gym ckpt checkpoint into checkpoints/<UTC time>"],
   );
   const width = Math.max(...steps.map(([command]) => command.length));
   return [

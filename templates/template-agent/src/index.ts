@@ -4,7 +4,7 @@
  * when none is set), each right after a boundary, so a checkpoint never waits for the model and
  * a fresh process continues the activation from its last boundary. The session keeps every turn;
  * the three session hooks export the sessions at a checkpoint and restore them after a crash.
- * Run it: `npm run build && npm run serve`; see README.md.
+ * Run it: `npm run serve` (it builds first); see README.md.
  */
 import { z } from "zod";
 import {

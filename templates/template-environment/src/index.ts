@@ -2,8 +2,8 @@
  * %PACKAGE_NAME%: an environment server whose episodes survive a crash. `/run` runs one
  * episode as stages (read each document, then verify the word count, then return), recording a
  * boundary at the start of every stage, so a checkpoint finds each episode parked at one and a
- * fresh process continues it from there as the next attempt. Run it: `npm run build && npm run
- * serve`; see README.md.
+ * fresh process continues it from there as the next attempt. Run it: `npm run serve` (it
+ * builds first); see README.md.
  */
 import { z } from "zod";
 import {
@@ -20,11 +20,15 @@ const TaskInputSchema = z.strictObject({
   expected_words: z.int().min(0),
 });
 
-/** Where an episode is, recorded at the start of every stage and read back after a restore. */
+/**
+ * Where an episode is, recorded at the start of every stage and read back after a restore. It
+ * keeps the words counted so far as one running total, so it stays small however many documents
+ * the task holds.
+ */
 const BoundarySchema = z.discriminatedUnion("next", [
-  z.strictObject({ next: z.literal("read"), index: z.int().min(0), counts: z.array(z.int()) }),
-  z.strictObject({ next: z.literal("verify"), counts: z.array(z.int()) }),
-  z.strictObject({ next: z.literal("return"), counts: z.array(z.int()), reward: z.number() }),
+  z.strictObject({ next: z.literal("read"), index: z.int().min(0), words: z.int().min(0) }),
+  z.strictObject({ next: z.literal("verify"), words: z.int().min(0) }),
+  z.strictObject({ next: z.literal("return"), words: z.int().min(0), reward: z.number() }),
 ]);
 type Boundary = z.infer<typeof BoundarySchema>;
 
@@ -47,38 +51,34 @@ export default class WordCountEnvironment extends EnvironmentServer {
     let at: Boundary = BoundarySchema.nullable().parse(steps.continuation()) ?? {
       next: "read",
       index: 0,
-      counts: [],
+      words: 0,
     };
     while (at.next === "read") {
-      const { index, counts } = at;
+      const { index, words } = at;
       if (index >= documents.length) {
-        at = { next: "verify", counts };
+        at = { next: "verify", words };
         break;
       }
       await steps.boundary(at);
       // A replay step is safe to run again after a crash, so a checkpoint does not wait for it.
-      const words = await steps.step("replay", () => countWords(documents[index] ?? ""));
-      at = { next: "read", index: index + 1, counts: [...counts, words] };
+      const counted = await steps.step("replay", () => countWords(documents[index] ?? ""));
+      at = { next: "read", index: index + 1, words: words + counted };
     }
     if (at.next === "verify") {
-      const { counts } = at;
+      const { words } = at;
       await steps.boundary(at);
       // A wait step runs once per attempt (a /verify call, say): a checkpoint waits for it.
-      const reward = await steps.step("wait", () => (sum(counts) === expected_words ? 1 : 0));
-      at = { next: "return", counts, reward };
+      const reward = await steps.step("wait", () => (words === expected_words ? 1 : 0));
+      at = { next: "return", words, reward };
     }
     await steps.boundary(at);
-    return { result: { reward: at.reward, words: sum(at.counts) } };
+    return { result: { reward: at.reward, words: at.words } };
   }
 }
 
 /** The number of words in `text`. */
 export function countWords(text: string): number {
   return text.split(/\s+/).filter((word) => word !== "").length;
-}
-
-function sum(values: readonly number[]): number {
-  return values.reduce((a, b) => a + b, 0);
 }
 
 if (isMainModule(import.meta.url)) await serveMain(WordCountEnvironment);

@@ -2,7 +2,7 @@
  * %PACKAGE_NAME%: an `exported` resources server. Each session adds amounts to a running total;
  * `/verify` rewards a total equal to the task's `target`. Totals are exported at every checkpoint
  * and restored after a crash, so a rollout continued in a fresh process is verified on its real
- * total. Run it: `npm run build && npm run serve`; see README.md.
+ * total. Run it: `npm run serve` (it builds first); see README.md.
  */
 import { z } from "zod";
 import {

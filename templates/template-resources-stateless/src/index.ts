@@ -2,7 +2,7 @@
  * %PACKAGE_NAME%: a `stateless` resources server. Its tool answers from the request alone and
  * `/verify` reads only its body, so a checkpoint has nothing to export: requests wait while one
  * is open, and after a crash the rollout simply goes on against a fresh process. Run it:
- * `npm run build && npm run serve`; see README.md.
+ * `npm run serve` (it builds first); see README.md.
  */
 import { z } from "zod";
 import {
