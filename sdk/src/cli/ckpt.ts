@@ -531,12 +531,13 @@ export function commitScope(
 }
 
 /** What {@link commitEverywhere} commits. */
-interface CommitStep {
+export interface CommitStep {
   readonly checkpointId: string;
   readonly checkpointDir: string;
   /** The continued episodes, or null: everything each participant holds. */
   readonly episodeIds: EpisodeId[] | null;
-  readonly deadlineTs: number;
+  /** A fresh deadline for each fan-out: the model's step must not get only what is left. */
+  readonly deadlineTs: () => number;
 }
 
 /**
@@ -547,22 +548,33 @@ interface CommitStep {
  * commits exactly the episodes they exported: the episodes in flight at a boundary (a prepare
  * that reported no restarts exports nothing else), restored ones still waiting included.
  */
-async function commitEverywhere(
-  session: Session,
+export async function commitEverywhere(
+  participants: Participants,
   step: CommitStep,
 ): Promise<Record<string, CommitReply>> {
-  const { members } = session.participants;
+  const { members } = participants;
   const models = members.filter((member) => member.kind === "model");
+  const options = (episodeIds: EpisodeId[] | null) => ({
+    checkpointId: step.checkpointId,
+    checkpointDir: step.checkpointDir,
+    episodeIds,
+    deadlineTs: step.deadlineTs(),
+  });
   if (step.episodeIds !== null || models.length === 0) {
-    return await commit(session.participants, step);
+    return await commit(participants, options(step.episodeIds));
   }
   const others = members.filter((member) => member.kind !== "model");
-  const first =
-    others.length === 0 ? {} : await commit({ ...session.participants, members: others }, step);
+  if (others.length === 0) {
+    throw new UsageError(
+      "the model is the only participant, so nothing says which episodes continue",
+      "pass --episodes FILE (the capture keys in flight, one per line)",
+    );
+  }
+  const first = await commit({ ...participants, members: others }, options(null));
   const exported = new Set(Object.values(first).flatMap((reply) => reply.episode_ids));
   const second = await commit(
-    { ...session.participants, members: models },
-    { ...step, episodeIds: [...exported].sort().map((key) => fromCaptureKey(key)) },
+    { ...participants, members: models },
+    options([...exported].sort().map((key) => fromCaptureKey(key))),
   );
   return { ...first, ...second };
 }
@@ -632,11 +644,11 @@ export async function commitCommand(
       scope === "all" && episodes === null
         ? null
         : commitScope(id, lastPrepareFor(session, id, gym), scope, episodes);
-    const replies = await commitEverywhere(session, {
+    const replies = await commitEverywhere(session.participants, {
       checkpointId: id,
       checkpointDir,
       episodeIds,
-      deadlineTs: deadlineTs(options),
+      deadlineTs: () => deadlineTs(options),
     });
     if (options.json === true) {
       printJson(io, {
@@ -761,11 +773,11 @@ export async function checkpointCommand(
     let committed: Record<string, CommitReply>;
     try {
       committed = await timed("commit", () =>
-        commitEverywhere(session, {
+        commitEverywhere(session.participants, {
           checkpointId: id,
           checkpointDir,
           episodeIds,
-          deadlineTs: deadlineTs(options),
+          deadlineTs: () => deadlineTs(options),
         }),
       );
     } catch (error) {

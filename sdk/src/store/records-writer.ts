@@ -51,9 +51,14 @@ export function refuseOccupiedDir(target: WriteTarget): void {
     // Not JSON: it is still not this checkpoint's manifest.
   }
   if (checkpointId === target.checkpointId) return;
-  throw new CheckpointStateError(
+  throw differentCommit(dir, checkpointId);
+}
+
+/** The refusal of a directory that holds the commit of checkpoint `holder` (or an unreadable one). */
+function differentCommit(dir: string, holder: unknown): CheckpointStateError {
+  return new CheckpointStateError(
     `${dir} already holds a different commit (manifest of checkpoint ` +
-      `${JSON.stringify(checkpointId)}); write each checkpoint to a fresh directory`,
+      `${JSON.stringify(holder)}); write each checkpoint to a fresh directory`,
   );
 }
 
@@ -233,10 +238,7 @@ export class RecordsWriter {
       if (existing?.records_file !== manifest.records_file) {
         await unlink(recordsPath).catch(() => undefined);
       }
-      throw new CheckpointStateError(
-        `${dir} already holds a different commit (manifest of checkpoint ` +
-          `${JSON.stringify(existing?.checkpoint_id ?? null)}); write each checkpoint to a fresh directory`,
-      );
+      throw differentCommit(dir, existing?.checkpoint_id ?? null);
     });
   }
 }

@@ -17,6 +17,7 @@ import {
   type Participants,
 } from "../../../sdk/src/client/coordination.js";
 import { ServerClient } from "../../../sdk/src/client/server-client.js";
+import { commitEverywhere } from "../../../sdk/src/cli/ckpt.js";
 import { Participant, type CloseAdmissionRequest } from "../../../sdk/src/control/participant.js";
 import {
   captureKey,
@@ -483,6 +484,62 @@ describe("deadlines", () => {
     await expect(prepare(participants, "c1", deadlineTs)).rejects.toThrow(RangeError);
     await expect(resume(participants, "c1", deadlineTs)).rejects.toThrow(message);
     expect(spy).not.toHaveBeenCalled();
+  });
+});
+
+describe("the CLI's commit with no scope (commitEverywhere)", () => {
+  it("commits the others with null, then the model with exactly what they exported, each with its own deadline", async () => {
+    const { participants, byName } = await deploy(FULL);
+    for (const [name, p] of byName) {
+      p.episodes = name === "policy" ? [episodeId("r1"), episodeId("done")] : [episodeId("r1")];
+    }
+    byName.get("counter")!.episodes = [episodeId("r1"), episodeId("r2")];
+    await prepare(participants, "c1", deadline());
+    const spy = vi.spyOn(participants.client, "control");
+    let deadlines = 0;
+    const replies = await commitEverywhere(participants, {
+      checkpointId: "c1",
+      checkpointDir: dir,
+      episodeIds: null,
+      deadlineTs: () => deadline(30 + deadlines++),
+    });
+    const bodies = spy.mock.calls.map(
+      (call) =>
+        JSON.parse(Buffer.from(call[2] as Uint8Array).toString("utf8")) as {
+          episode_ids: unknown;
+          deadline_ts: number;
+        },
+    );
+    expect(new Set(bodies.map((body) => JSON.stringify(body.episode_ids)))).toEqual(
+      new Set([
+        "null",
+        JSON.stringify([
+          { rollout_id: "r1", attempt: 0 },
+          { rollout_id: "r2", attempt: 0 },
+        ]),
+      ]),
+    );
+    expect(deadlines).toBe(2);
+    // The model left out what no one else holds ("done": a finished rollout).
+    expect(replies.policy?.episode_ids).toEqual(["r1"]);
+    expect(replies.counter?.episode_ids).toEqual(["r1", "r2"]);
+    await resume(participants, "c1", deadline());
+  });
+
+  it("refuses when the model is the only participant: nothing says which episodes continue", async () => {
+    const { participants } = await deploy({ policy: "model" });
+    await prepare(participants, "c1", deadline());
+    const spy = vi.spyOn(participants.client, "control");
+    await expect(
+      commitEverywhere(participants, {
+        checkpointId: "c1",
+        checkpointDir: dir,
+        episodeIds: null,
+        deadlineTs: () => deadline(),
+      }),
+    ).rejects.toThrow(/the model is the only participant/);
+    expect(spy).not.toHaveBeenCalled();
+    await resume(participants, "c1", deadline());
   });
 });
 
