@@ -8,16 +8,21 @@ function digest(value: string): Buffer {
 
 /**
  * Refuses every request whose `Authorization` header is not exactly `Bearer <token>` with 401
- * `unauthorized`. The comparison is constant-time over digests, so neither content nor length
+ * `unauthorized` (or the error `refuse` makes, for routes whose contract words the refusal
+ * otherwise). The comparison is constant-time over digests, so neither content nor length
  * leaks through timing. Runs before any body is parsed.
  */
-export function bearerAuth(token: string): RequestHandler {
-  if (token.length === 0) throw new RangeError("the control auth token must not be empty");
+export function bearerAuth(
+  token: string,
+  options: { readonly refuse?: () => Error } = {},
+): RequestHandler {
+  const refuse = options.refuse ?? (() => new UnauthorizedError());
+  if (token.trim().length === 0) throw new RangeError("the control auth token must not be blank");
   const expected = digest(`Bearer ${token}`);
   return (req, _res, next) => {
     const header = req.headers.authorization;
     if (typeof header !== "string" || !timingSafeEqual(digest(header), expected)) {
-      next(new UnauthorizedError());
+      next(refuse());
       return;
     }
     next();

@@ -1,11 +1,9 @@
-import express, { Router } from "express";
+import { Router } from "express";
 import type { ControlPlane } from "../control/control-plane.js";
 import { CONTROL_ROUTES } from "../wire/control-routes.js";
 import { bearerAuth } from "./bearer-auth.js";
 import { notFoundHandler } from "./error-handler.js";
-
-/** Control bodies can list many episodes; this bounds them without getting in the way. */
-const CONTROL_BODY_LIMIT = "64mb";
+import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 
 /**
  * The control routes under `/ng-control/v1/checkpoint`, each handing `(operation, body)` to the
@@ -19,7 +17,9 @@ const CONTROL_BODY_LIMIT = "64mb";
 export function controlRouter(controlPlane: ControlPlane, token: string): Router {
   const router = Router({ caseSensitive: true, strict: true });
   const auth = bearerAuth(token);
-  const json = express.json({ limit: CONTROL_BODY_LIMIT, strict: false, type: () => true });
+  // Control bodies can list many episodes: the data routes' limit bounds them without getting
+  // in the way; their encodings, size and depth are refused as on every other route.
+  const json = jsonBody({ limitBytes: BODY_LIMIT_BYTES, anyContentType: true });
   for (const route of CONTROL_ROUTES) {
     const handlers = route.method === "post" ? [auth, json] : [auth];
     router[route.method](route.path, ...handlers, async (req, res) => {

@@ -3,16 +3,33 @@ import type { Logger } from "pino";
 import { ServerReplyError, ServerUnreachableError } from "../client/errors.js";
 import { DetailError, GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
 
-/** Body-parser failures carry a `type` and a 4xx `status`. */
+/**
+ * Body-parser failures (an author's own parser, or one run before the SDK's reader) carry a
+ * `type` and a 4xx `status`; a body that fails to inflate carries zlib's `Z_…` code instead.
+ */
 interface BodyParserError {
-  type?: string;
-  status?: number;
+  type?: unknown;
+  code?: unknown;
+  status?: unknown;
   message?: string;
+}
+
+/** The 4xx status of a body-parser failure, or null when `error` is not one. */
+function bodyParserStatus(error: unknown): number | null {
+  if (typeof error !== "object" || error === null) return null;
+  const { type, code, status } = error as BodyParserError;
+  const fromParser =
+    typeof type === "string" || (typeof code === "string" && code.startsWith("Z_"));
+  if (!fromParser || typeof status !== "number" || status < 400 || status >= 500) return null;
+  return status;
 }
 
 /**
  * The one place errors become the wire envelope. Typed errors answer with their code and
- * status; malformed or oversized bodies with 422/413 `invalid_request`; a call to another server
+ * status (body refusals: `invalid_request` with 400, 413, 415 or 422); a body-parser failure
+ * the same way: 422 for JSON that does not parse, 413 too large, 415 an encoding or charset not
+ * spoken, 400 anything else (e.g. a body that is not valid gzip); a path parameter whose
+ * percent-escapes do not decode with 400 `invalid_request`; a call to another server
  * of the deployment that failed (a `ServerClient` error the handler let through) with 502
  * `upstream_unreachable` or `upstream_error` naming that server; anything else is a bug: logged,
  * answered with a generic 500 that leaks nothing.
@@ -46,24 +63,31 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       res.status(upstream.status).json(upstream.toEnvelope());
       return;
     }
-    const parserError = error as BodyParserError;
-    if (parserError?.type === "entity.parse.failed") {
-      const invalid = new InvalidRequestError(
-        `the body is not valid JSON: ${parserError.message}`,
-        [{ path: [], message: "not valid JSON" }],
-      );
-      res.status(invalid.status).json(invalid.toEnvelope());
+    const parserStatus = bodyParserStatus(error);
+    if (parserStatus !== null) {
+      const message = (error as BodyParserError).message ?? "";
+      if ((error as BodyParserError).type === "entity.parse.failed") {
+        const invalid = new InvalidRequestError(`the body is not valid JSON: ${message}`, [
+          { path: [], message: "not valid JSON" },
+        ]);
+        res.status(invalid.status).json(invalid.toEnvelope());
+        return;
+      }
+      const envelope: ErrorEnvelope = {
+        error: { code: "invalid_request", detail: `the body was refused: ${message}` },
+      };
+      res.status(parserStatus === 413 || parserStatus === 415 ? parserStatus : 400).json(envelope);
       return;
     }
-    if (
-      typeof parserError?.type === "string" &&
-      parserError.status !== undefined &&
-      parserError.status < 500
-    ) {
+    if (error instanceof URIError && (error as { status?: unknown }).status === 400) {
+      // The router could not decode a path parameter (`%E0%A4%A`): the client's mistake.
       const envelope: ErrorEnvelope = {
-        error: { code: "invalid_request", detail: `the body was refused: ${parserError.message}` },
+        error: {
+          code: "invalid_request",
+          detail: `the request path does not decode: ${error.message}`,
+        },
       };
-      res.status(parserError.status === 413 ? 413 : 422).json(envelope);
+      res.status(400).json(envelope);
       return;
     }
     logger.error({ err: error, path: req.path }, "unexpected error");

@@ -1,7 +1,7 @@
 import { setMaxListeners } from "node:events";
 import { createServer, type Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import express, { type Express, type Request } from "express";
+import express, { Router, type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
 import swaggerUi from "swagger-ui-express";
 import { z } from "zod";
@@ -22,10 +22,8 @@ import { controlRouter } from "./control-router.js";
 import type { DataRoute } from "./data-route.js";
 import { errorHandler, notFoundHandler } from "./error-handler.js";
 import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
+import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
-
-/** Data bodies (conversations, token arrays) can be large; this bounds them. */
-const DATA_BODY_LIMIT = "64mb";
 
 /** Options of a {@link Server}, resolved once at construction. */
 export interface ServerOptions {
@@ -42,6 +40,13 @@ export interface ServerOptions {
   readonly logLevel?: string;
   /** How long `close()` lets in-flight requests finish before cutting them, in ms. @default 10000 */
   readonly shutdownGraceMs?: number;
+  /**
+   * How long a client may take to send a whole request (head and body), in ms, before the
+   * connection is answered 408 and closed (Node's `requestTimeout`; its own default is 300 s).
+   * It bounds what a half-sent body holds; such a request is never counted as work in flight.
+   * 0 turns the bound off. @default 120000
+   */
+  readonly requestTimeoutMs?: number;
   /**
    * Server-specific settings (the deployment file's `config:`), validated by
    * {@link Server.configSchema} when the app is built. @default {}
@@ -85,6 +90,14 @@ export function resolveCheckpointSettings(
  * Subclasses override {@link routes} (and the participant kinds' base classes override
  * {@link createParticipant}); nothing needs calling in a special order.
  *
+ * ## Request bodies
+ * Every data and control route reads its JSON body with the same bounds (size, encoding,
+ * nesting; see {@link DataRoute}). With a participant, data routes' bodies are read before
+ * {@link installParticipantMiddleware} and {@link configureApp} middleware run, so the
+ * participant admits only complete requests; without one, at the route, after that middleware
+ * (which can then refuse a request before its body is read). A whole request must arrive
+ * within `requestTimeoutMs`.
+ *
  * @example
  * class Hello extends Server {
  *   protected override routes() {
@@ -100,6 +113,7 @@ export class Server {
   readonly checkpointSettings: CheckpointSettings;
   readonly logger: Logger;
   readonly shutdownGraceMs: number;
+  readonly requestTimeoutMs: number;
 
   readonly #rawConfig: unknown;
   #config: unknown = undefined;
@@ -130,6 +144,12 @@ export class Server {
       options.logger ?? pino({ level: options.logLevel ?? process.env.LOG_LEVEL ?? "info" });
     this.logger = base.child({ server: options.name });
     this.shutdownGraceMs = options.shutdownGraceMs ?? 10_000;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 120_000;
+    if (!Number.isSafeInteger(this.requestTimeoutMs) || this.requestTimeoutMs < 0) {
+      throw new ConfigError(
+        `server ${options.name}: requestTimeoutMs must be a whole number of ms, 0 or more (got ${this.requestTimeoutMs})`,
+      );
+    }
     this.#rawConfig = options.config ?? {};
     this.#deployment = options.deployment ?? {
       checkpoint: options.checkpoint === undefined ? null : this.checkpointSettings,
@@ -248,6 +268,10 @@ export class Server {
     // the checkpoint middleware would not recognise (an untracked session start).
     app.set("case sensitive routing", true);
     app.set("strict routing", true);
+    // Data routes' bodies are read by the route's own reader unless a participant counts its
+    // work: then they are read here, before its middleware, so it admits only complete requests
+    // (a half-sent body must not hold a checkpoint). `#mount` adds a reader per route.
+    const bodies = Router({ caseSensitive: true, strict: true });
     // Control routes come before the rollout prefix is stripped: they are never under it.
     if (this.checkpointSettings.enabled) {
       const participant = this.createParticipant();
@@ -266,9 +290,10 @@ export class Server {
     app.get("/health", (_req, res) => {
       res.json({ status: "ok", name: this.name });
     });
+    if (this.#controlPlane !== null) app.use(bodies);
     this.installParticipantMiddleware(app);
     this.configureApp(app);
-    for (const route of this.routes()) this.#mount(app, route);
+    for (const route of this.routes()) this.#mount(app, bodies, route);
     const document = this.openApiDocument();
     app.get("/openapi.json", (_req, res) => {
       res.json(document);
@@ -279,11 +304,14 @@ export class Server {
     return app;
   }
 
-  #mount(app: Express, route: DataRoute): void {
+  #mount(app: Express, bodies: Router, route: DataRoute): void {
     const schema = route.request ?? null;
-    const json = express.json({ limit: DATA_BODY_LIMIT, strict: false });
+    const json = jsonBody({ limitBytes: BODY_LIMIT_BYTES });
     const what = `${route.method.toUpperCase()} ${route.path}`;
-    app[route.method](route.path, json, async (req: Request, res) => {
+    const before = route.before ?? [];
+    // The early reader (when installed) takes the body; the route's own then passes it on.
+    bodies[route.method](route.path, ...before, json);
+    app[route.method](route.path, ...before, json, async (req: Request, res) => {
       const body: unknown =
         schema === null
           ? undefined
@@ -320,11 +348,23 @@ export class Server {
   async listen(options: { port?: number; host?: string } = {}): Promise<ListeningAddress> {
     if (this.#http !== null) throw new ConfigError(`server ${this.name} is already listening`);
     const host = options.host ?? "127.0.0.1";
-    const http = createServer(this.app());
+    const requestTimeout = this.requestTimeoutMs;
+    const http = createServer(
+      {
+        requestTimeout,
+        // Node checks the timeouts on this interval (30 s by default): a quarter of the bound
+        // keeps it from stretching a short bound by much.
+        connectionsCheckingInterval:
+          requestTimeout > 0 ? Math.min(30_000, Math.max(250, requestTimeout / 4)) : 30_000,
+      },
+      this.app(),
+    );
     // Longer than any client's idle keep-alive (the SDK's clients drop theirs after 4 s), so a
     // client never sends a request on a connection this side is closing.
     http.keepAliveTimeout = 65_000;
-    http.headersTimeout = 66_000;
+    // Node bounds a request by the larger of the two timeouts: a shorter request bound needs
+    // a head bound no longer than itself.
+    http.headersTimeout = requestTimeout > 0 ? Math.min(66_000, requestTimeout) : 66_000;
     this.#http = http;
     // While closing, a keep-alive connection is cut as soon as its last response is sent.
     http.on("request", (_req, res) => {

@@ -11,12 +11,15 @@ export const CheckpointSettingsSchema = z
     }),
   })
   .superRefine((value, ctx) => {
-    if (value.enabled && (value.control_auth_token ?? "") === "") {
+    const token = value.control_auth_token ?? "";
+    if (value.enabled && token.trim() === "") {
       ctx.addIssue({
         code: "custom",
         path: ["control_auth_token"],
         message:
-          "checkpoint.control_auth_token is required and non-empty when checkpoint.enabled is true",
+          token === ""
+            ? "checkpoint.control_auth_token is required and non-empty when checkpoint.enabled is true"
+            : "checkpoint.control_auth_token must not be blank (whitespace only) when checkpoint.enabled is true: set a secret token",
       });
     }
   })

@@ -18,6 +18,9 @@ export { CLOSE_FOLLOWS_HEADER, RESTART_HEADER, VERIFY_HEADER };
  * control routes through; waits for admission (never refuses for an open checkpoint); admits,
  * counts and fences each request through the participant; decorates session-start replies and
  * updates session tracking when the response starts.
+ *
+ * A data route's request reaches it with its body read and parsed (the base `Server` reads it
+ * first when a participant takes part), so a body still arriving is never counted in flight.
  */
 export function resourcesCheckpointMiddleware(participant: ResourcesParticipant): RequestHandler {
   return (req, res, next) => {
