@@ -29,7 +29,8 @@ export type Turn = z.infer<typeof TurnSchema>;
 /**
  * The body of `POST /_ctl/script`; it replaces the whole script. A call uses the script of its
  * rollout (by capture key, then by bare rollout ID), else `default`, else the built-in script:
- * one call of the first tool offered with `{}` arguments when tools are offered, then `"done"`.
+ * one call of the first tool offered when tools are offered (its required parameters filled in,
+ * see {@link exampleArguments}), then `"done"`.
  */
 export const ScriptSchema = z
   .strictObject({
@@ -42,11 +43,48 @@ export type Script = z.infer<typeof ScriptSchema>;
 
 const DONE: Turn = { content: "done" };
 
-/** The name of the first tool offered, in chat (`function.name`) or Responses (`name`) form. */
-function firstToolName(tools: readonly unknown[] | undefined): string | null {
-  const tool = tools?.[0] as { name?: unknown; function?: { name?: unknown } } | undefined;
+/** The first tool offered, in chat (`function.name`) or Responses (`name`) form. */
+function firstTool(
+  tools: readonly unknown[] | undefined,
+): { name: string; parameters: unknown } | null {
+  const tool = tools?.[0] as
+    | { name?: unknown; parameters?: unknown; function?: { name?: unknown; parameters?: unknown } }
+    | undefined;
   const name = tool?.function?.name ?? tool?.name;
-  return typeof name === "string" && name.length > 0 ? name : null;
+  if (typeof name !== "string" || name.length === 0) return null;
+  return { name, parameters: tool?.function?.parameters ?? tool?.parameters };
+}
+
+/** A value of each JSON Schema type a scripted call sends for a required parameter. */
+const EXAMPLE_VALUES: Readonly<Record<string, unknown>> = {
+  integer: 1,
+  number: 1,
+  string: "x",
+  boolean: true,
+  array: [],
+  object: {},
+};
+
+/**
+ * Arguments for a tool's JSON Schema `parameters`: every required property gets a value of its
+ * type (`1` for numbers, so a counter's `{count}` increments by one), the others are left out.
+ *
+ * @example
+ * exampleArguments({ type: "object", properties: { count: { type: "integer" } }, required: ["count"] });
+ * // { count: 1 }
+ */
+export function exampleArguments(parameters: unknown): Record<string, unknown> {
+  const schema = parameters as { properties?: unknown; required?: unknown } | null | undefined;
+  const properties = (schema?.properties ?? {}) as Record<string, { type?: unknown } | undefined>;
+  const required = Array.isArray(schema?.required) ? schema.required : [];
+  const args: Record<string, unknown> = {};
+  for (const key of required) {
+    if (typeof key !== "string") continue;
+    const type = properties[key]?.type;
+    args[key] =
+      typeof type === "string" && Object.hasOwn(EXAMPLE_VALUES, type) ? EXAMPLE_VALUES[type] : null;
+  }
+  return args;
 }
 
 function bareRolloutId(key: string): string | null {
@@ -105,7 +143,9 @@ export class TurnScript {
       if (shared !== undefined) return shared;
     }
     if (this.#script.default !== undefined) return this.#script.default;
-    const tool = firstToolName(query.tools);
-    return tool === null ? [DONE] : [{ tool_calls: [{ name: tool, arguments: {} }] }, DONE];
+    const tool = firstTool(query.tools);
+    if (tool === null) return [DONE];
+    const call = { name: tool.name, arguments: exampleArguments(tool.parameters) };
+    return [{ tool_calls: [call] }, DONE];
   }
 }

@@ -1,12 +1,14 @@
 /**
  * The backend's durable token store: one JSON file per staged record under a directory, written
  * atomically and synced before a stage returns, so staged tokens outlive every other server of the
- * deployment (and this one). Staging keys are opaque: a key maps to a file name by URI encoding.
+ * deployment (and this one). Staging keys are opaque: a key maps to a file name by URI encoding,
+ * or, when that name would be too long for the file system (a long rollout ID), by its SHA-256.
  * A generation-cut round stages its prefixes as one batch file (`*.batch.json`, an object from
  * key to record) with one fsync, like a real engine's group commit.
  *
  * @module
  */
+import { createHash } from "node:crypto";
 import { mkdir, open, readFile, readdir, rename } from "node:fs/promises";
 import path from "node:path";
 import {
@@ -29,9 +31,19 @@ export class TokenStoreError extends Error {
   }
 }
 
-/** The file a staging key is stored in. */
+/** The longest file name most file systems allow, in bytes (ext4, XFS, Btrfs, tmpfs). */
+const MAX_FILE_NAME_BYTES = 255;
+
+/**
+ * The file a staging key is stored in: `<URI-encoded key>.json`, or `~<sha256 hex>.json` when
+ * that name would be too long (`~` is never the start of an encoded key, and names that fit keep
+ * their form, so stores written before read as they did).
+ */
 export function stagedFilePath(dir: string, key: string): string {
-  return path.join(dir, `${encodeURIComponent(key)}.json`);
+  const plain = `${encodeURIComponent(key)}.json`;
+  // URI encoding leaves only ASCII: a character is a byte.
+  if (plain.length <= MAX_FILE_NAME_BYTES) return path.join(dir, plain);
+  return path.join(dir, `~${createHash("sha256").update(key, "utf8").digest("hex")}.json`);
 }
 
 /** Name suffix of a batch file (one cut round's prefixes). */
@@ -80,7 +92,8 @@ export class TokenStore implements StagingSink {
   async #writeDurably(file: string, text: string): Promise<void> {
     this.#ready ??= mkdir(this.dir, { recursive: true });
     await this.#ready;
-    const temporary = `${file}.${process.pid}.${(this.#sequence += 1)}.tmp`;
+    // A short name of its own: the final name may already be as long as a name can be.
+    const temporary = path.join(this.dir, `.${process.pid}-${(this.#sequence += 1)}.tmp`);
     const handle = await open(temporary, "w");
     try {
       await handle.writeFile(text);

@@ -1,4 +1,4 @@
-import type { Request, Response } from "express";
+import type { Request, RequestHandler, Response } from "express";
 import type { z } from "zod";
 import type { RouteDoc } from "../wire/route-doc.js";
 import type { RolloutContext } from "./rollout-prefix.js";
@@ -23,6 +23,14 @@ export interface RouteInput<Body> {
  * The handler's return value is sent as JSON; return `undefined` after writing `res` yourself
  * (e.g. a stream).
  *
+ * ## Bodies
+ * The server reads an `application/json` body whole before the route runs: at most 64 MiB as
+ * sent and once inflated (`Content-Encoding` identity, gzip, deflate or br), UTF-8, nested at
+ * most 512 levels; anything else is refused with `invalid_request` (400, 413, 415 or 422; see
+ * `json-body.ts`). With checkpointing on, it is read before the participant admits the
+ * request, so a body still arriving is never work in flight. A body of another content type is
+ * read and dropped (`body` is then undefined).
+ *
  * @example
  * const echo = dataRoute({
  *   method: "post",
@@ -34,6 +42,11 @@ export interface RouteInput<Body> {
  */
 export interface DataRoute<Schema extends z.ZodType | null = z.ZodType | null> extends RouteDoc {
   readonly request?: Schema;
+  /**
+   * Middleware run before the body is read, e.g. a bearer check: a refused caller learns
+   * nothing about the body's shape and costs no body parse. @default none
+   */
+  readonly before?: readonly RequestHandler[];
   /**
    * A hand check of the body, tried before `request` for a route whose bodies are large: what
    * the schema would parse the body into, or null to let the schema parse it (and name what is

@@ -7,21 +7,23 @@
  * @module
  */
 import { randomUUID } from "node:crypto";
-import type { Request, Response } from "express";
+import type { Request, RequestHandler, Response } from "express";
 import { Agent, fetch } from "undici";
 import { z } from "zod";
 import { IDLE } from "../client/server-client.js";
 import { CaptureAdmissionSchema, type CaptureAdmissionInput } from "../capture/admission.js";
-import { conversationDigest } from "../capture/fingerprints.js";
+import { assistantFingerprint, conversationDigest } from "../capture/fingerprints.js";
 import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
 import { InvalidLedgerKeyError, RolloutRetiredError } from "../capture/ledger/errors.js";
+import { CaptureError } from "../capture/capture-error.js";
 import { CommitCoordsSchema } from "../capture/records.js";
 import type { Participant } from "../control/participant.js";
-import { ConfigError, DetailError, EpisodeError } from "../errors.js";
+import { ConfigError, DetailError, EpisodeError, InvalidRequestError } from "../errors.js";
 import type { EpisodeId } from "../identity/episode-id.js";
 import type { Ticket } from "../participants/model/policy-gate.js";
 import { PolicyParticipant } from "../participants/model/policy-participant.js";
 import type { CutClaim } from "../participants/model/restored-cuts.js";
+import { bearerAuth } from "./bearer-auth.js";
 import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
 import { custodyRow, resolveLineage } from "./model/capture-lineage.js";
 import { restartReason } from "./model/constrained-decoding.js";
@@ -33,7 +35,7 @@ import {
   responseOf,
   type ChatCompletionLike,
 } from "./model/responses-chat.js";
-import { ResponsesCreateRequestSchema } from "./agent/agent-wire.js";
+import { PolicyResponsesRequestSchema } from "./model/responses-request.js";
 import { Server, type ServerOptions } from "./server.js";
 
 /** The `config:` of a policy model server. */
@@ -164,7 +166,7 @@ export class PolicyModelServer extends Server {
           "Also served under /ng-rollout/{capture_key}/ and /ng-rollout/{capture_key}/training-token-capture/. " +
           "With checkpointing on, a call waits while a checkpoint is open and its response is held until resume. " +
           'A failing or unreachable inference backend is 502 with {"detail": "..."}.',
-        request: ResponsesCreateRequestSchema,
+        request: PolicyResponsesRequestSchema,
         errors: ["invalid_rollout_id", "stale_attempt"],
         rolloutPrefixed: true,
         tag: "model",
@@ -197,7 +199,7 @@ export class PolicyModelServer extends Server {
   }
 
   async #responses(
-    input: RouteInput<z.infer<typeof ResponsesCreateRequestSchema>>,
+    input: RouteInput<z.infer<typeof PolicyResponsesRequestSchema>>,
   ): Promise<unknown> {
     const { body, req, res, signal } = input;
     const rollout = input.rollout;
@@ -207,13 +209,16 @@ export class PolicyModelServer extends Server {
     if (body.stream === true && captured) {
       throw new DetailError(422, "worker-owned token capture does not support streaming requests");
     }
+    const items = inputItems(body.input);
+    const chat = chatRequestOf(body, this.modelConfig.model);
+    delete chat.stream;
+    // Checked before admission: a request that cannot be answered or captured never waits.
+    refuseWithoutMessages(chat);
+    const requestDigest = captured ? captureDigestOf(items) : "";
     const ticket = participant === null ? null : await participant.gate.admit(episode, signal);
     let claim: CutClaim | null = null;
     try {
       const callSignal = ticket?.signal ?? signal;
-      const items = inputItems(body.input);
-      const chat = chatRequestOf(body, this.modelConfig.model);
-      delete chat.stream;
       if (ticket !== null) ticket.restartReason = restartReason(body);
       let admission: CaptureAdmissionInput | null = null;
       let unresolved: string | null = null;
@@ -229,7 +234,7 @@ export class PolicyModelServer extends Server {
           if (ticket !== null) {
             ticket.capture = { modelCallId, requestItems: items };
             if (ticket.restartReason === null && participant !== null) {
-              claim = participant.restoredCuts.take(key, conversationDigest(items), modelCallId);
+              claim = participant.restoredCuts.take(key, requestDigest, modelCallId);
               if (claim !== null) {
                 admission = { ...admission, generation_cut: claim.record.continuation };
               }
@@ -249,7 +254,14 @@ export class PolicyModelServer extends Server {
           ? { failure: unresolved }
           : admission === null
             ? null
-            : this.#rowOf(admission, completion.ng_commit_coords, items, response, ticket);
+            : this.#rowOf(
+                admission,
+                completion.ng_commit_coords,
+                items,
+                requestDigest,
+                response,
+                ticket,
+              );
       if (ticket !== null && participant !== null) await participant.gate.deliver(ticket, signal);
       if (row !== null && rollout !== null) {
         await this.#publish(rollout.captureKey, modelCallId, row);
@@ -277,6 +289,7 @@ export class PolicyModelServer extends Server {
     admission: CaptureAdmissionInput,
     rawCoords: unknown,
     items: readonly unknown[],
+    requestDigest: string,
     response: Record<string, unknown>,
     ticket: Ticket | null,
   ): { readonly failure: string } | { readonly row: Record<string, unknown> } {
@@ -291,6 +304,7 @@ export class PolicyModelServer extends Server {
         coords: coords.data,
         admission,
         requestItems: items,
+        contextDigest: requestDigest,
         outputItems: outputItems(response),
         responseId: String(response.id),
         admittedAt: ticket?.admittedAt ?? Date.now() / 1000,
@@ -464,11 +478,16 @@ export class PolicyModelServer extends Server {
   }
 
   #ledgerRoutes(): DataRoute[] {
-    const guard = (req: Request): CaptureLedger => {
-      const token = this.modelConfig.capture_control_token ?? process.env.GYM_CAPTURE_CONTROL_TOKEN;
-      if (token === undefined || req.get("authorization") !== `Bearer ${token}`) {
-        throw new DetailError(401, "missing or wrong capture control bearer token");
-      }
+    // The bearer check runs before the body is read, in constant time, like the control routes';
+    // its refusal keeps the ledger routes' `{"detail"}` shape.
+    const refuse = (): Error =>
+      new DetailError(401, "missing or wrong capture control bearer token");
+    const token = this.modelConfig.capture_control_token ?? process.env.GYM_CAPTURE_CONTROL_TOKEN;
+    const auth: RequestHandler =
+      token === undefined || token.trim() === ""
+        ? (_req, _res, next) => next(refuse())
+        : bearerAuth(token, { refuse });
+    const guard = (): CaptureLedger => {
       const ledger = this.#ledger;
       if (ledger === null) throw new DetailError(404, "this model server has no capture ledger");
       return ledger;
@@ -487,9 +506,10 @@ export class PolicyModelServer extends Server {
         path: `${LEDGER_CONTROL_PREFIX}/rollouts/${op}`,
         summary: op === "retire" ? "Retire capture ledgers (fenced)" : "Delete capture ledgers",
         request: LedgerBatchSchema,
+        before: [auth],
         tag: "capture",
-        handler: async ({ body, req }) => {
-          const ledger = guard(req);
+        handler: async ({ body }) => {
+          const ledger = guard();
           refuseDuringCheckpoint();
           try {
             return op === "retire"
@@ -506,9 +526,10 @@ export class PolicyModelServer extends Server {
         method: "get",
         path: `${LEDGER_CONTROL_PREFIX}/rollouts/:rollout_id/manifest`,
         summary: "The capture manifest of one attempt",
+        before: [auth],
         tag: "capture",
         handler: async ({ req }) => {
-          const ledger = guard(req);
+          const ledger = guard();
           const key = String(req.params.rollout_id);
           try {
             const manifest = await ledger.manifest(key);
@@ -537,6 +558,32 @@ export class PolicyModelServer extends Server {
       this.logger.warn({ err: error }, "could not write the ledgers a restore deferred");
     }
   }
+}
+
+/**
+ * The conversation digest of a captured call's input items, computed before anything reaches the
+ * backend: items the lineage fingerprints cannot read (tool arguments whose JSON decodes to a lone
+ * surrogate, say) are the caller's fault, so they are 422 `invalid_request` naming `input`, not a
+ * failure after the generation. The assistant fingerprint the custody row takes is tried too: it
+ * reads items the digest skips (a `function_call` with an instruction role).
+ */
+function captureDigestOf(items: readonly unknown[]): string {
+  try {
+    assistantFingerprint(items);
+    return conversationDigest(items);
+  } catch (error) {
+    if (!(error instanceof CaptureError)) throw error;
+    const detail = `input cannot be captured: ${error.message}`;
+    throw new InvalidRequestError(detail, [{ path: ["input"], message: error.message }]);
+  }
+}
+
+/** Refuses a request none of whose items a chat backend takes (only reasoning items, say). */
+function refuseWithoutMessages(chat: Record<string, unknown>): void {
+  if (Array.isArray(chat.messages) && chat.messages.length > 0) return;
+  const message =
+    "input holds no message, function_call or function_call_output item for the model to answer";
+  throw new InvalidRequestError(message, [{ path: ["input"], message }]);
 }
 
 /**

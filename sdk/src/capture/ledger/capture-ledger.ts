@@ -18,6 +18,7 @@ import {
 } from "./files.js";
 import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
 import { KeyedMutex } from "./keyed-mutex.js";
+import { failpoint } from "../../util/failpoints.js";
 import { Mutex } from "../../util/mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";
 import {
@@ -344,10 +345,13 @@ export class CaptureLedger {
     ];
     await this.#run(lockKeys, async () => {
       for (const key of lockKeys) this.#cache.drop(key);
+      failpoint("ledger.import.clear");
       await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
+      failpoint("ledger.import.fence");
       const fences = new EmptyFileBatch();
       await inSlices(sources, (key) => fences.create(this.#path(key, "fence")));
       // The clearing and the fences are durable before the import returns.
+      failpoint("ledger.import.fsync");
       await fsyncDir(this.#dir);
       for (const plan of plans) {
         if (plan.rows.length === 0) continue;

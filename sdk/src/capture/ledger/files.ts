@@ -1,7 +1,16 @@
 /**
  * File names of the capture ledger directory (policy-model spec §5.1). Every name is built from
  * a validated capture key; a name that parses back yields that key and its episode.
+ *
+ * ## Long keys
+ * Rollout IDs have no maximum length, but a file name has one (255 bytes on the common Linux
+ * file systems). A key whose `<k><suffix>` name would be longer is named by its rollout's digest
+ * instead: `~<sha256 hex of the rollout ID>[-a<N>]<suffix>`. `~` is not in the rollout ID
+ * alphabet, so no digest name is ever a plain one, and the attempt stays readable, so a restore
+ * can still find a rollout's later attempts. Every name that fits keeps its plain form, so
+ * directories written before this rule read as they did.
  */
+import { createHash } from "node:crypto";
 import {
   InvalidEpisodeIdError,
   fromCaptureKey,
@@ -44,9 +53,28 @@ export function ledgerEpisode(key: string): EpisodeId {
   }
 }
 
-/** The file name of `kind` for an already validated capture key. */
+/** The longest file name, in bytes, the ledger writes (ext4, XFS, Btrfs and tmpfs allow 255). */
+export const MAX_FILE_NAME_BYTES = 255;
+
+/** The mark that starts a digest name: never the first character of a rollout ID. */
+const DIGEST_MARK = "~";
+
+/** The stem that names `rolloutId` in digest names: `~<sha256 hex>`. */
+export function rolloutDigestStem(rolloutId: string): string {
+  return DIGEST_MARK + createHash("sha256").update(rolloutId, "utf8").digest("hex");
+}
+
+/**
+ * The file name of `kind` for an already validated capture key: `<k><suffix>`, or the digest name
+ * (see the module comment) when that would be longer than {@link MAX_FILE_NAME_BYTES}.
+ */
 export function captureFileName(key: string, kind: CaptureFileKind): string {
-  return key + CAPTURE_FILE_SUFFIXES[kind];
+  const plain = key + CAPTURE_FILE_SUFFIXES[kind];
+  // Capture keys are ASCII: a character is a byte.
+  if (plain.length <= MAX_FILE_NAME_BYTES) return plain;
+  const episode = fromCaptureKey(key);
+  const attempt = episode.attempt === 0 ? "" : `-a${episode.attempt}`;
+  return rolloutDigestStem(episode.rollout_id) + attempt + CAPTURE_FILE_SUFFIXES[kind];
 }
 
 /** A directory entry that is a per-key capture file. */
@@ -59,7 +87,39 @@ export interface CaptureFile {
 
 const KINDS = Object.keys(CAPTURE_FILE_SUFFIXES) as CaptureFileKind[];
 
-/** Parses a directory entry name; null for anything that is not a capture file of a valid key. */
+/**
+ * A directory entry with a digest name: the rollout is known by its {@link rolloutDigestStem}
+ * only, so the key is recovered from a rollout ID the caller knows.
+ */
+export interface DigestCaptureFile {
+  readonly name: string;
+  /** `~<sha256 hex>` of the rollout ID. */
+  readonly stem: string;
+  readonly attempt: number;
+  readonly kind: CaptureFileKind;
+}
+
+const DIGEST_NAME = /^(~[0-9a-f]{64})(?:-a([1-9][0-9]*))?$/;
+
+/** Parses a digest name (see the module comment); null for anything else. */
+export function parseDigestFileName(name: string): DigestCaptureFile | null {
+  if (!name.startsWith(DIGEST_MARK)) return null;
+  for (const kind of KINDS) {
+    const suffix = CAPTURE_FILE_SUFFIXES[kind];
+    if (!name.endsWith(suffix)) continue;
+    const match = DIGEST_NAME.exec(name.slice(0, -suffix.length));
+    if (match === null) return null;
+    const attempt = match[2] === undefined ? 0 : Number(match[2]);
+    if (!Number.isSafeInteger(attempt)) return null;
+    return { name, stem: match[1] as string, attempt, kind };
+  }
+  return null;
+}
+
+/**
+ * Parses a plain directory entry name (`<k><suffix>`); null for anything that is not a capture
+ * file of a valid key, digest names included ({@link parseDigestFileName} reads those).
+ */
 export function parseCaptureFileName(name: string): CaptureFile | null {
   for (const kind of KINDS) {
     const suffix = CAPTURE_FILE_SUFFIXES[kind];

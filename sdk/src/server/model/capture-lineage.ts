@@ -100,6 +100,8 @@ export interface CustodyInput {
   readonly coords: CommitCoords;
   readonly admission: CaptureAdmissionInput;
   readonly requestItems: readonly unknown[];
+  /** `conversationDigest(requestItems)` when the caller has it already. */
+  readonly contextDigest?: string;
   readonly outputItems: readonly unknown[];
   readonly responseId: string;
   readonly admittedAt: number;
@@ -113,7 +115,7 @@ export function custodyRow(input: CustodyInput): LedgerRow {
     model_call_id: coords.model_call_id,
     fingerprint: assistantFingerprint([...input.requestItems, ...input.outputItems]),
     context_len: input.requestItems.length,
-    context_digest: conversationDigest(input.requestItems),
+    context_digest: input.contextDigest ?? conversationDigest(input.requestItems),
     digest: coords.cumulative_hash,
     parent_call_id: coords.parent_call_id,
     staging_key: stagingKey,

@@ -50,6 +50,11 @@ export function inputItems(input: string | readonly unknown[]): unknown[] {
     : [...input];
 }
 
+/**
+ * The text of a message's content or a tool's output: a string as is, a list of parts as their
+ * texts joined (a typed part without text, such as an image, adds nothing), anything else as its
+ * JSON, so no part of a tool's result is lost.
+ */
 function textOf(content: unknown): string {
   if (typeof content === "string") return content;
   if (!Array.isArray(content))
@@ -57,8 +62,12 @@ function textOf(content: unknown): string {
   return content
     .map((part: unknown) => {
       if (typeof part === "string") return part;
-      const p = part as { text?: unknown };
-      return typeof p.text === "string" ? p.text : "";
+      if (typeof part !== "object" || part === null || Array.isArray(part)) {
+        return JSON.stringify(part);
+      }
+      const p = part as { text?: unknown; type?: unknown };
+      if (typeof p.text === "string") return p.text;
+      return typeof p.type === "string" ? "" : JSON.stringify(part);
     })
     .join("");
 }
