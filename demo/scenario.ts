@@ -55,8 +55,12 @@ const ANSWER =
 const TOOL = {
   type: "function",
   name: "increment_counter",
-  description: "Add one to the counter",
-  parameters: { type: "object", properties: {} },
+  description: "Add count to the counter",
+  parameters: {
+    type: "object",
+    properties: { count: { type: "integer" } },
+    required: ["count"],
+  },
 };
 
 /** Whether rollout `i` is tool-less and finishes in one call: every `quickEvery`-th, none for 0. */
@@ -153,7 +157,10 @@ export async function runScenario(
   await run.serve();
   const episodes = Array.from({ length: options.rollouts }, (_, i) => episodeId(`rollout-${i}`));
   await run.backend("POST", "/_ctl/script", {
-    default: [{ tool_calls: [{ name: "increment_counter", arguments: {} }] }, { content: ANSWER }],
+    default: [
+      { tool_calls: [{ name: "increment_counter", arguments: { count: 1 } }] },
+      { content: ANSWER },
+    ],
     // The tool-less rollouts answer at once and finish before the checkpoint.
     per_rollout: Object.fromEntries(
       episodes.filter((_, i) => quick(i)).map((e) => [e.rollout_id, [{ content: "Done." }]]),

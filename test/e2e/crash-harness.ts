@@ -60,12 +60,18 @@ export type Turn =
 /** The final answer: long enough that a hold stops it part-way with many tokens on each side. */
 export const ANSWER =
   "I used the tool as asked, so the task is complete and the result matches what was requested.";
-const INCREMENT = { tool_calls: [{ name: "increment_counter", arguments: {} }] } as const;
+const INCREMENT = {
+  tool_calls: [{ name: "increment_counter", arguments: { count: 1 } }],
+} as const;
 const COUNTER_TOOL = {
   type: "function",
   name: "increment_counter",
-  description: "Add one to the counter",
-  parameters: { type: "object", properties: {} },
+  description: "Add count to the counter",
+  parameters: {
+    type: "object",
+    properties: { count: { type: "integer" } },
+    required: ["count"],
+  },
 };
 const WEATHER_TOOL = {
   type: "function",

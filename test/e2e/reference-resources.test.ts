@@ -72,7 +72,9 @@ describe.sequential("the counter survives a crash", { timeout: 120_000 }, () => 
         .sort(),
     ).toEqual(["counter", "weather"]);
     expect((await post("/ng-rollout/ep1/seed_session", SEED)).status).toBe(200);
-    expect((await post("/ng-rollout/ep1/increment_counter", {})).body).toEqual({ success: true });
+    expect((await post("/ng-rollout/ep1/increment_counter", { count: 1 })).body).toEqual({
+      success: true,
+    });
     const checkpoint = await gym([
       "ckpt",
       "checkpoint",
@@ -111,12 +113,12 @@ describe.sequential("the counter survives a crash", { timeout: 120_000 }, () => 
   });
 
   it("gives the replacement attempt the reward only the restored count allows, and fences the old one", async () => {
-    expect((await post("/ng-rollout/ep1-a1/increment_counter", {})).body).toEqual({
+    expect((await post("/ng-rollout/ep1-a1/increment_counter", { count: 1 })).body).toEqual({
       success: true,
     });
     const verified = await post("/ng-rollout/ep1-a1/verify", VERIFY);
     expect((verified.body as { reward: number }).reward).toBe(1);
-    const stale = await post("/ng-rollout/ep1/increment_counter", {});
+    const stale = await post("/ng-rollout/ep1/increment_counter", { count: 1 });
     expect(stale.status).toBe(409);
     expect((stale.body as { error: { code: string } }).error.code).toBe("stale_attempt");
     expect((await gym(["stop", "--state", stateFile])).code).toBe(0);

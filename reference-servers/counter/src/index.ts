@@ -1,10 +1,12 @@
 /**
  * The counter: an `exported` resources server. A tool increments a per-session counter; `/verify`
  * rewards 1.0 only when the count equals the task's target, so the right reward after a crash
- * needs the restored state. See docs/resources-server.md for a walk-through.
+ * needs the restored state; `/aggregate_metrics` sums up many verify responses. See
+ * docs/resources-server.md for a walk-through.
  */
 import { z } from "zod";
 import {
+  InvalidRequestError,
   ResourcesServer,
   dataRoute,
   isMainModule,
@@ -13,6 +15,7 @@ import {
   type JsonValue,
   type SessionRouteInput,
 } from "gym-participant-sdk";
+import { AggregateMetricsRequestSchema, aggregateMetrics } from "./metrics.js";
 
 const Task = z.looseObject({ initial_count: z.int().default(0), target: z.int().optional() });
 const NativeSeed = z.looseObject({ resources_session_id: z.string(), task_data: Task });
@@ -44,13 +47,20 @@ export default class CounterServer extends ResourcesServer {
         method: "post",
         path: "/increment_counter",
         summary: "Add to this session's counter",
-        request: z.strictObject({ count: z.int().default(1) }),
+        // `count` is required, as in the reference counter: a model that leaves it out made a
+        // mistake the tool result should tell it about.
+        request: z.strictObject({ count: z.int() }),
         handler: (input) => {
           const id = resourcesSession(input).id;
           const counter = this.counters.get(id);
           // No state for a session nobody seeded: nothing would ever free it.
           if (counter === undefined) return { success: false };
-          this.counters.set(id, { ...counter, count: counter.count + input.body.count });
+          const count = counter.count + input.body.count;
+          if (!Number.isSafeInteger(count)) {
+            const message = "count would take the counter past the largest safe integer";
+            throw new InvalidRequestError(message, [{ path: ["count"], message }]);
+          }
+          this.counters.set(id, { ...counter, count });
           return { success: true };
         },
       }),
@@ -59,6 +69,15 @@ export default class CounterServer extends ResourcesServer {
         path: "/get_counter_value",
         summary: "Read this session's counter",
         handler: (input) => ({ count: this.counters.get(resourcesSession(input).id)?.count ?? 0 }),
+      }),
+      dataRoute({
+        method: "post",
+        path: "/aggregate_metrics",
+        summary: "Aggregate verify responses (reward statistics per task and overall)",
+        request: AggregateMetricsRequestSchema,
+        // Metrics of many rollouts at once: no episode, no session.
+        rolloutPrefixed: false,
+        handler: ({ body }) => aggregateMetrics(body),
       }),
     ];
   }

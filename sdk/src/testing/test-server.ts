@@ -162,10 +162,10 @@ async function startInstance<S extends TestableServer>(shared: Shared<S>): Promi
  * @example
  * const counter = await startTestServer(CounterServer);
  * await counter.request("/seed_session", { target: 2 }, { rollout: "ep1" });
- * await counter.request("/increment_counter", {}, { rollout: "ep1" });
+ * await counter.request("/increment_counter", { count: 1 }, { rollout: "ep1" });
  * await counter.checkpoint();
  * const restored = await counter.restoreInto(); // ep1 continues as ep1-a1
- * await restored.request("/increment_counter", {}, { rollout: "ep1" });
+ * await restored.request("/increment_counter", { count: 1 }, { rollout: "ep1" });
  */
 export async function startTestServer<S extends TestableServer>(
   ServerClass: TestableServerClass<S>,

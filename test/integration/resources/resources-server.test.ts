@@ -336,7 +336,7 @@ describe("route spellings", () => {
 describe("the counter", () => {
   it("keeps no state for a session nobody seeded", async () => {
     const counter = new CounterServer({ name: "counter", ...silent });
-    const res = await request(counter.app()).post("/increment_counter").send({});
+    const res = await request(counter.app()).post("/increment_counter").send({ count: 1 });
     expect(res.body).toEqual({ success: false });
     expect(counter.counters.size).toBe(0);
   });

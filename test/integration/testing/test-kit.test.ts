@@ -77,7 +77,7 @@ async function start<S extends CounterServer>(
 async function episode(handle: TestServer<CounterServer>): Promise<number> {
   expect((await handle.request("/seed_session", SEED, ep1)).status).toBe(200);
   for (let i = 0; i < 2; i += 1) {
-    const incremented = await handle.request("/increment_counter", {}, ep1);
+    const incremented = await handle.request("/increment_counter", { count: 1 }, ep1);
     expect(incremented.body).toEqual({ success: true });
   }
   const verified = await handle.request("/verify", VERIFY, ep1);
@@ -89,7 +89,9 @@ describe("checkpoint and restore into a fresh instance", () => {
   it("continues the episode on the restored count, with the records readable", async () => {
     const counter = await start(CounterServer);
     expect((await counter.request("/seed_session", SEED, ep1)).status).toBe(200);
-    expect((await counter.request("/increment_counter", {}, ep1)).body).toEqual({ success: true });
+    expect((await counter.request("/increment_counter", { count: 1 }, ep1)).body).toEqual({
+      success: true,
+    });
 
     const { records, reply } = await counter.checkpoint();
     expect(reply.episode_ids).toEqual(["ep1"]);
@@ -103,7 +105,7 @@ describe("checkpoint and restore into a fresh instance", () => {
     expect(restored.server).not.toBe(counter.server);
     expect(restored.attemptOf("ep1")).toBe(1);
     // The carried cookie names session s1; the request goes out as ep1-a1.
-    expect((await restored.request("/increment_counter", {}, ep1)).body).toEqual({
+    expect((await restored.request("/increment_counter", { count: 1 }, ep1)).body).toEqual({
       success: true,
     });
     const verified = await restored.request("/verify", VERIFY, ep1);
@@ -128,7 +130,7 @@ describe("retire and forget", () => {
     const counter = await start(CounterServer);
     expect((await counter.request("/seed_session", SEED, ep1)).status).toBe(200);
     await counter.retire(["ep1"]);
-    const stale = await counter.request("/increment_counter", {}, ep1);
+    const stale = await counter.request("/increment_counter", { count: 1 }, ep1);
     expect(stale.status).toBe(409);
     expect((stale.body as { error: { code: string } }).error.code).toBe("stale_attempt");
     expect((await counter.status()).retired_rollouts).toBe(1);
