@@ -19,6 +19,7 @@ import {
   nowTs,
   sleep,
 } from "../util/deadline.js";
+import { failpoint } from "../util/failpoints.js";
 import { Mutex } from "../util/mutex.js";
 import {
   CheckpointRequestSchema,
@@ -373,6 +374,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#fence(id, ["idle"], "restore");
       this.#refuseRetiredReplacements(request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
+      failpoint("restore.fence");
       this.participant.markRetired(request.episode_ids);
       const deadline = request.deadline_ts;
 
@@ -403,6 +405,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       try {
         await this.participant.closeAdmission(request);
         await this.participant.restoreManifest(manifest);
+        failpoint("restore.install");
         const task = this.participant.install(
           records,
           request.episode_ids,

@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
-import { open, readFile } from "node:fs/promises";
 import path from "node:path";
 import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
+import { failpoint } from "../util/failpoints.js";
 import { captureKey, episodeIdFromWire } from "../identity/episode-id.js";
 import { decodeJsonLine } from "../wire/json-line-decoder.js";
 import { withDecodedPayloadsTrusted } from "../wire/json-value.js";
@@ -14,6 +14,7 @@ import {
   type RecordBase,
 } from "../wire/storage.js";
 import { MANIFEST_FILE, participantDir, type ParticipantLocation } from "./paths.js";
+import { openRegularFile, readRegularFile } from "./safe-fs.js";
 
 /** Reads the file in chunks this large: few syscalls, bounded memory. */
 const READ_CHUNK_BYTES = 4 * 1024 * 1024;
@@ -40,7 +41,8 @@ function corrupt(what: string, key: string | null = null, cause?: unknown): Chec
  * Reads and verifies one participant's checkpoint in one streaming pass (spec core §7.5):
  * checks the manifest, hashes and counts every line of the records file, keeps and validates
  * only in-scope records, then compares digest and count. Every problem is a typed
- * `invalid_checkpoint_state`, naming the episode when a record is at fault.
+ * `invalid_checkpoint_state`, naming the episode when a record is at fault, or the file when
+ * the manifest or records file is not a regular file (never opened then: a FIFO would block).
  */
 export async function readCheckpoint<R extends RecordBase>(
   request: ReadRequest<R>,
@@ -58,6 +60,7 @@ export async function readCheckpoint<R extends RecordBase>(
   };
   try {
     await forEachLine(recordsPath, (chunk) => hash.update(chunk), keep);
+    failpoint("restore.validate");
   } catch (error) {
     if (error instanceof CheckpointStateError) throw error;
     const reason = error instanceof Error ? error.message : String(error);
@@ -87,7 +90,7 @@ async function forEachLine(
   onChunk: (chunk: Buffer) => void,
   onLine: (line: Buffer) => void,
 ): Promise<void> {
-  const handle = await open(file, "r");
+  const handle = await openRegularFile(file);
   let reading: Promise<{ bytesRead: number }> | null = null;
   try {
     const buffers = [
@@ -165,8 +168,10 @@ async function readManifest(dir: string, location: ParticipantLocation): Promise
   const manifestPath = path.join(dir, MANIFEST_FILE);
   let text: string;
   try {
-    text = await readFile(manifestPath, "utf8");
+    failpoint("restore.read");
+    text = await readRegularFile(manifestPath);
   } catch (error) {
+    if (error instanceof CheckpointStateError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "ENOENT") throw corrupt(`missing manifest ${manifestPath}`, null, error);
     throw corrupt(`cannot read checkpoint state ${manifestPath}: ${(error as Error).message}`);

@@ -1,14 +1,20 @@
 import { createHash, randomBytes, type Hash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { link, mkdir, open, readFile, rename, unlink, type FileHandle } from "node:fs/promises";
+import { link, open, rename, unlink, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { CheckpointStateError } from "../errors.js";
 import { captureKey } from "../identity/episode-id.js";
+import { failpoint } from "../util/failpoints.js";
 import { Mutex } from "../util/mutex.js";
 import { encodeJsonPieces } from "../wire/json-value.js";
 import { MANIFEST_SCHEMA_VERSION, type Manifest, type RecordBase } from "../wire/storage.js";
 import { fsyncDir } from "./fs-sync.js";
 import { sameManifest, serializeManifest } from "./manifest-json.js";
+import {
+  makeDirectories,
+  readRegularFile,
+  readRegularFileSync,
+  refusePseudoPath,
+} from "./safe-fs.js";
 import {
   MANIFEST_FILE,
   participantDir,
@@ -31,16 +37,21 @@ export interface WriteTarget extends ParticipantLocation {
  * to another checkpoint: the write would fail at its very end anyway, and a write once started
  * ties its checkpoint ID to its directory (spec core §4.7.1), so refusing late would leave the
  * ID unable to commit anywhere else. A manifest of the same checkpoint is left to the writer,
- * which compares it whole (a retried commit finds its own manifest).
+ * which compares it whole (a retried commit finds its own manifest). A manifest that is not a
+ * regular file (a FIFO, a directory, ...) is refused here, naming it, without being opened, and
+ * so is a `checkpoint_dir` under `/proc`, `/sys` or `/dev`.
  */
 export function refuseOccupiedDir(target: WriteTarget): void {
+  refusePseudoPath(target.checkpointDir);
   const dir = participantDir(target);
-  let text: string;
+  let text: string | null;
   try {
-    text = readFileSync(path.join(dir, MANIFEST_FILE), "utf8");
-  } catch {
-    return; // No manifest (or none readable): the write finds out for itself.
+    text = readRegularFileSync(path.join(dir, MANIFEST_FILE));
+  } catch (error) {
+    if (error instanceof CheckpointStateError) throw error;
+    return; // No manifest readable: the write finds out for itself.
   }
+  if (text === null) return;
   let checkpointId: unknown = null;
   try {
     const parsed: unknown = JSON.parse(text);
@@ -110,9 +121,9 @@ export class RecordsWriter {
   async write(records: Iterable<RecordBase>): Promise<Manifest> {
     const dir = participantDir(this.#target);
     try {
-      await mkdir(dir, { recursive: true });
+      await makeDirectories(dir);
     } catch (error) {
-      throw ioError(dir, error);
+      throw error instanceof CheckpointStateError ? error : ioError(dir, error);
     }
     const suffix = randomBytes(8).toString("hex");
     const tmpPath = path.join(dir, `.records.jsonl.${suffix}`);
@@ -145,7 +156,10 @@ export class RecordsWriter {
       // waited its own. The manifest's temporary is no manifest until it is linked.
       await allOrFirstFailure(dir, [
         syncing,
-        ...this.#parents(dir).map((parent) => fsyncDir(parent)),
+        ...this.#parents(dir).map(async (parent, index) => {
+          if (index === 0) failpoint("commit.dirs.fsync");
+          await fsyncDir(parent);
+        }),
         writeDurably(manifestTmp, manifestText),
       ]);
       const outcome = await this.#publish(dir, tmpPath, manifestTmp, manifest);
@@ -181,6 +195,7 @@ export class RecordsWriter {
         count += 1;
       }
       await lines.finish();
+      failpoint("commit.records.written");
     } catch (error) {
       await lines.settle();
       await handle.close().catch(() => undefined);
@@ -220,20 +235,30 @@ export class RecordsWriter {
       const manifestPath = path.join(dir, MANIFEST_FILE);
       let created: boolean;
       try {
+        failpoint("commit.rename");
         await rename(tmpPath, recordsPath);
+        failpoint("commit.link");
         created = await linkExclusively(manifestTmp, manifestPath);
       } catch (error) {
         throw ioError(dir, error);
       }
       if (created) {
         try {
+          failpoint("commit.published");
           await fsyncDir(dir);
         } catch (error) {
           throw ioError(dir, error);
         }
         return manifest;
       }
-      const existing = await readExistingManifest(manifestPath, dir);
+      const existing = await readExistingManifest(manifestPath, dir).catch(async (error) => {
+        // No manifest at all in its place (e.g. a FIFO): nothing published names our file.
+        // An I/O error may hide a manifest that does, so the file stays then.
+        if (error instanceof CheckpointStateError) {
+          await unlink(recordsPath).catch(() => undefined);
+        }
+        throw error;
+      });
       if (existing !== null && isSameManifest(existing, manifest)) return existing as Manifest;
       if (existing?.records_file !== manifest.records_file) {
         await unlink(recordsPath).catch(() => undefined);
@@ -255,6 +280,7 @@ async function allOrFirstFailure(dir: string, steps: Promise<unknown>[]): Promis
 /** fsyncs and closes a file; closes it also when the fsync fails. */
 async function syncAndClose(handle: FileHandle): Promise<void> {
   try {
+    failpoint("commit.records.fsync");
     await handle.sync();
   } finally {
     await handle.close().catch(() => undefined);
@@ -415,8 +441,9 @@ function safeKey(record: RecordBase): string {
   }
 }
 
-/** Creates `file` (new) holding `content`, fsynced. */
+/** Creates the manifest's temporary `file` (new) holding `content`, fsynced. */
 async function writeDurably(file: string, content: string): Promise<void> {
+  failpoint("commit.manifest.temp");
   const handle = await open(file, "wx");
   try {
     await handle.writeFile(content, "utf8");
@@ -456,12 +483,13 @@ async function readExistingManifest(
   dir: string,
 ): Promise<Record<string, unknown> | null> {
   try {
-    const parsed: unknown = JSON.parse(await readFile(manifestPath, "utf8"));
+    const parsed: unknown = JSON.parse(await readRegularFile(manifestPath));
     return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)
       ? (parsed as Record<string, unknown>)
       : null;
   } catch (error) {
     if (error instanceof SyntaxError) return null;
+    if (error instanceof CheckpointStateError) throw error;
     throw ioError(dir, error);
   }
 }
