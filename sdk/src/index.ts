@@ -191,6 +191,14 @@ export type {
 } from "./server/resources-server.js";
 export type { ResourcesSession } from "./server/resources/session-cookie.js";
 export {
+  AggregateMetricsRequestSchema,
+  aggregateMetrics,
+} from "./server/resources/aggregate-metrics.js";
+export type {
+  AggregateMetrics,
+  AggregateMetricsRequest,
+} from "./server/resources/aggregate-metrics.js";
+export {
   CLOSE_FOLLOWS_HEADER,
   RESTART_HEADER,
   VERIFY_HEADER,

@@ -1,8 +1,8 @@
 /**
  * The counter: an `exported` resources server. A tool increments a per-session counter; `/verify`
  * rewards 1.0 only when the count equals the task's target, so the right reward after a crash
- * needs the restored state; `/aggregate_metrics` sums up many verify responses. See
- * docs/resources-server.md for a walk-through.
+ * needs the restored state; the base class's `/aggregate_metrics` sums up many verify responses.
+ * See docs/resources-server.md for a walk-through.
  */
 import { z } from "zod";
 import {
@@ -15,7 +15,6 @@ import {
   type JsonValue,
   type SessionRouteInput,
 } from "gym-participant-sdk";
-import { AggregateMetricsRequestSchema, aggregateMetrics } from "./metrics.js";
 
 const Task = z.looseObject({ initial_count: z.int().default(0), target: z.int().optional() });
 const NativeSeed = z.looseObject({ resources_session_id: z.string(), task_data: Task });
@@ -69,15 +68,6 @@ export default class CounterServer extends ResourcesServer {
         path: "/get_counter_value",
         summary: "Read this session's counter",
         handler: (input) => ({ count: this.counters.get(resourcesSession(input).id)?.count ?? 0 }),
-      }),
-      dataRoute({
-        method: "post",
-        path: "/aggregate_metrics",
-        summary: "Aggregate verify responses (reward statistics per task and overall)",
-        request: AggregateMetricsRequestSchema,
-        // Metrics of many rollouts at once: no episode, no session.
-        rolloutPrefixed: false,
-        handler: ({ body }) => aggregateMetrics(body),
       }),
     ];
   }

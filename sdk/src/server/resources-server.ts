@@ -19,9 +19,17 @@ import {
 } from "../participants/resources/resources-participant.js";
 import type { JsonValue } from "../wire/json-value.js";
 import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
+import {
+  AggregateMetricsRequestSchema,
+  aggregateMetrics,
+  type AggregateMetricsRequest,
+} from "./resources/aggregate-metrics.js";
 import { resourcesCheckpointMiddleware } from "./resources/checkpoint-middleware.js";
 import { sessionCookie, sessionOf, type ResourcesSession } from "./resources/session-cookie.js";
 import { Server, type ServerOptions } from "./server.js";
+
+/** The path of the base aggregation route. */
+const AGGREGATE_METRICS_PATH = "/aggregate_metrics";
 
 /** The native `/seed_session` body (spec resources §3). */
 export const ResourcesSeedSessionRequestSchema = z
@@ -222,6 +230,15 @@ export abstract class ResourcesServer extends Server {
     input: SessionRouteInput<Record<string, unknown>>,
   ): VerifyResult | Promise<VerifyResult>;
 
+  /**
+   * Aggregates the verify responses of many rollouts (`POST /aggregate_metrics`, what an
+   * environment forwards). The default describes every numeric field per task and over all;
+   * override it for metrics of your own.
+   */
+  protected aggregateMetrics(request: AggregateMetricsRequest): unknown {
+    return aggregateMetrics(request);
+  }
+
   /** Closes a session; succeed when already closed or never seeded. The default keeps no state. */
   protected closeSession(input: SessionRouteInput): unknown {
     const body = input.body as { resources_session_id?: unknown };
@@ -315,6 +332,15 @@ export abstract class ResourcesServer extends Server {
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
         handler: (input) => this.closeSession(withSession(input)),
+      }),
+      dataRoute({
+        method: "post",
+        path: AGGREGATE_METRICS_PATH,
+        summary: "Aggregate verify responses (statistics per task and overall)",
+        request: AggregateMetricsRequestSchema,
+        // Metrics of many rollouts at once: no episode, no session.
+        rolloutPrefixed: false,
+        handler: ({ body }) => this.aggregateMetrics(body),
       }),
       // A tool is called under the episode's `/ng-rollout/<capture key>/` prefix (a restored
       // session needs it): documented there too, unless the tool says otherwise.

@@ -1,7 +1,8 @@
 /**
- * `POST /aggregate_metrics` of the counter: statistics of the verify responses of many rollouts,
- * in the shape training loops log (`group_level_metrics` per task, `agent_metrics` over all,
- * `key_metrics` the headline ones).
+ * The default `POST /aggregate_metrics` of a resources server: statistics of the verify responses
+ * of many rollouts, in the shape training loops log (`group_level_metrics` per task,
+ * `agent_metrics` over all, `key_metrics` the headline ones). Every numeric or boolean field of a
+ * response is described, so a server whose `/verify` adds fields gets their statistics too.
  *
  * @module
  */
@@ -10,7 +11,7 @@ import { z } from "zod";
 /** The body: the verify responses to aggregate (each as `/verify` answered it). */
 export const AggregateMetricsRequestSchema = z
   .looseObject({ verify_responses: z.array(z.record(z.string(), z.unknown())) })
-  .meta({ id: "CounterAggregateMetricsRequest" });
+  .meta({ id: "AggregateMetricsRequest" });
 /** An aggregate metrics request. */
 export type AggregateMetricsRequest = z.infer<typeof AggregateMetricsRequestSchema>;
 
