@@ -10,6 +10,15 @@ import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import type { Request, RequestHandler } from "express";
 import { InvalidRequestError } from "../errors.js";
 import { JsonDepthScanner, MAX_BODY_DEPTH } from "./json-depth.js";
+import { mayHoldProtoKey, protoKeyPath } from "./proto-key.js";
+
+/** A JSON path as `$.a[0].b`, for messages. */
+function formatPath(path: readonly (string | number)[]): string {
+  return path.reduce<string>(
+    (out, part) => (typeof part === "number" ? `${out}[${part}]` : `${out}.${part}`),
+    "$",
+  );
+}
 
 /** Data bodies (conversations, token arrays) and control bodies (episode lists) stay below this. */
 export const BODY_LIMIT_BYTES = 64 * 1024 * 1024;
@@ -26,8 +35,13 @@ export class BodyRefusedError extends InvalidRequestError {
   override name = "BodyRefusedError";
   override readonly status: BodyRefusalStatus;
 
-  constructor(status: BodyRefusalStatus, detail: string, issue: string, options?: ErrorOptions) {
-    super(detail, [{ path: [], message: issue }]);
+  constructor(
+    status: BodyRefusalStatus,
+    detail: string,
+    issue: string,
+    options?: ErrorOptions & { readonly path?: readonly (string | number)[] },
+  ) {
+    super(detail, [{ path: [...(options?.path ?? [])], message: issue }]);
     this.status = status;
     if (options?.cause !== undefined) this.cause = options.cause;
   }
@@ -77,6 +91,19 @@ export class BodyRefusedError extends InvalidRequestError {
       422,
       `the body nests arrays and objects deeper than ${maxDepth} levels; send a flatter body`,
       `nested deeper than ${maxDepth} levels`,
+    );
+  }
+
+  /**
+   * The body holds an object key `__proto__`, which validation would silently drop (422).
+   * Refused rather than changed: a client's data is never lost without a word.
+   */
+  static protoKey(path: readonly (string | number)[]): BodyRefusedError {
+    return new BodyRefusedError(
+      422,
+      `the body holds an object key "__proto__" at ${formatPath(path)}; rename the key`,
+      'object key "__proto__" is not accepted',
+      { path },
     );
   }
 
@@ -246,11 +273,15 @@ function readBody(
       if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
       // body-parser's rule, kept: an empty JSON body is an empty object.
       if (text.length === 0) return { body: {} };
+      let body: unknown;
       try {
-        return { body: JSON.parse(text) as unknown };
+        body = JSON.parse(text);
       } catch (error) {
         throw BodyRefusedError.notJson(error);
       }
+      const protoPath = mayHoldProtoKey(text) ? protoKeyPath(body) : null;
+      if (protoPath !== null) throw BodyRefusedError.protoKey(protoPath);
+      return { body };
     };
 
     function onData(chunk: Buffer): void {
