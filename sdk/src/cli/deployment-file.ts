@@ -284,8 +284,9 @@ function issueProblems(issue: z.core.$ZodIssue, context: IssueContext): Deployme
         line,
         path: where,
         message:
-          "checkpoint.control_auth_token is required and non-empty when checkpoint.enabled is " +
-          "true: set it (e.g. control_auth_token: ${GYM_CONTROL_TOKEN}) or set enabled: false",
+          "checkpoint.control_auth_token is required and not blank (empty or whitespace only) " +
+          "when checkpoint.enabled is true: set it (e.g. control_auth_token: ${GYM_CONTROL_TOKEN}) " +
+          "or set enabled: false",
       },
     ];
   }

@@ -111,6 +111,26 @@ describe("loading the fixture deployments", () => {
   });
 });
 
+describe("a blank control token", () => {
+  it("is refused at load, not only at startup, naming the key", () => {
+    const file = deploymentFile(
+      [
+        "checkpoint:",
+        "  enabled: true",
+        '  control_auth_token: "   "',
+        "servers:",
+        "  a:",
+        "    kind: agent",
+        "    entrypoint: ./srv.ts",
+      ].join("\n"),
+    );
+    const problems = problemsOf(file);
+    expect(problems).toHaveLength(1);
+    expect(problems[0]?.path).toBe("checkpoint.control_auth_token");
+    expect(problems[0]?.message).toMatch(/not blank \(empty or whitespace only\)/);
+  });
+});
+
 describe("problems and their lines", () => {
   it("reports every problem of a file at once, each on its own line", () => {
     const file = deploymentFile(
