@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { CheckpointError, EpisodeError } from "../errors.js";
@@ -52,6 +53,8 @@ export const REMEMBERED_RESUMED_IDS = 64;
 export const LEASE_REOPEN_SECONDS = 30;
 /** At most this many per-rollout retires or deletions run at once. */
 export const STOP_CONCURRENCY = 16;
+/** Rollouts dropped between two turns of the event loop by a large forget. */
+export const FORGET_SLICE = 2048;
 /** A waiting prepare re-checks readiness at least this often (ms) even without a notification. */
 const READINESS_POLL_MS = 1000;
 
@@ -517,13 +520,20 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     // Once the caller was told `deadline_exceeded`, the queued work must not drop anything.
     let gaveUp = false;
     const forgotten = await awaitUntil(
-      this.#lock.runExclusive(() => {
+      this.#lock.runExclusive(async () => {
         this.#admitOutsideCheckpoint(request, "forget");
         this.participant.checkForget(request.rollout_ids);
         if (gaveUp || isPast(request.deadline_ts)) throw CheckpointError.deadline("the forget");
-        this.participant.forget(request.rollout_ids);
+        // Checked as a whole above (all or nothing), dropped in slices: a forget of tens of
+        // thousands of rollouts lets data routes run between slices. Nothing can make a
+        // checked rollout unforgettable meanwhile: its attempts stay refused until dropped.
+        const ids = request.rollout_ids;
+        for (let start = 0; start < ids.length; start += FORGET_SLICE) {
+          if (start > 0) await yieldToEventLoop();
+          this.participant.forget(ids.slice(start, start + FORGET_SLICE));
+        }
         this.participant.notify();
-        return { forgotten_count: request.rollout_ids.length };
+        return { forgotten_count: ids.length };
       }),
       request.deadline_ts,
     );

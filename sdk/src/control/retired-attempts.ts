@@ -19,6 +19,11 @@ export class RetiredAttempts {
     return mark !== undefined && e.attempt <= mark;
   }
 
+  /** The highest retired attempt of a rollout, or undefined when it has no mark. */
+  markOf(rolloutId: string): number | undefined {
+    return this.#marks.get(rolloutId);
+  }
+
   /** Throws `stale_attempt` when `e` is retired. */
   check(e: EpisodeId): void {
     const mark = this.#marks.get(e.rollout_id);

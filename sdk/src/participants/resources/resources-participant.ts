@@ -605,27 +605,33 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   }
 
   override checkForget(rolloutIds: readonly string[]): void {
-    const held: string[] = [];
+    // Linear in the rollouts named: one pass over the seeds in flight, one lookup per rollout.
+    const held = new Set<string>();
+    const seedsByRollout = new Map<string, EpisodeId[]>();
+    for (const { episode } of this.#seeding.values()) {
+      const seeds = seedsByRollout.get(episode.rollout_id);
+      if (seeds === undefined) seedsByRollout.set(episode.rollout_id, [episode]);
+      else seeds.push(episode);
+    }
     for (const rolloutId of rolloutIds) {
       for (const id of this.#retiredByRollout.get(rolloutId) ?? []) {
-        if (this.#sessions.has(id)) held.push(id);
+        if (this.#sessions.has(id)) held.add(id);
       }
-      const mark = this.retired.marks().get(rolloutId);
+      const mark = this.retired.markOf(rolloutId);
       if (mark === undefined) continue;
       for (const id of this.#byRollout.get(rolloutId) ?? []) {
         const bound = this.#sessions.get(id);
-        if (bound !== undefined && bound.attempt <= mark && !held.includes(id)) held.push(id);
+        if (bound !== undefined && bound.attempt <= mark) held.add(id);
       }
-      for (const { episode } of this.#seeding.values()) {
-        if (episode.rollout_id === rolloutId && episode.attempt <= mark) {
-          held.push(`(a seed of ${captureKey(episode)} in flight)`);
-        }
+      for (const episode of seedsByRollout.get(rolloutId) ?? []) {
+        if (episode.attempt <= mark) held.add(`(a seed of ${captureKey(episode)} in flight)`);
       }
     }
-    if (held.length > 0) {
+    if (held.size > 0) {
+      const named = [...held].slice(0, 10).join(", ");
       throw new CheckpointError(
         "retire_incomplete",
-        `forget refused: retired sessions are still held (${held.slice(0, 10).join(", ")}); retire again first`,
+        `forget refused: retired sessions are still held (${named}); retire again first`,
       );
     }
   }

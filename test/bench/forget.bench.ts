@@ -1,0 +1,196 @@
+/**
+ * Retire and forget at scale: every participant kind of the reference deployment (resources,
+ * agent, environment, policy model), in this process, is asked to retire and then forget N
+ * rollouts in one request each. Prints, per kind and size, the median time of each call over
+ * several runs and the longest event-loop stall seen while it ran (the servers share this
+ * process's loop, so a stall is what their data routes would wait). The ratio of the large size
+ * to the small one shows the scaling: ~10 for linear work at 10x the rollouts, ~100 for
+ * quadratic. Asserts nothing.
+ *
+ *   npm run bench:forget [-- --rollouts 20000 --baseline 2000 --runs 3]
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import type { ResolvedDeployment, ServerKind } from "../../sdk/src/index.js";
+import CounterServer from "../../reference-servers/counter/src/index.js";
+import FakeInferenceServer from "../../reference-servers/fake-inference/src/index.js";
+import PolicyModel from "../../reference-servers/policy-model/src/index.js";
+import SimpleAgent from "../../reference-servers/simple-agent/src/index.js";
+import SingleAgentTurnServer from "../../reference-servers/single-agent-turn/src/index.js";
+
+function arg(name: string, fallback: number): number {
+  const at = process.argv.indexOf(`--${name}`);
+  return at >= 0 ? Number(process.argv[at + 1]) : fallback;
+}
+
+const ROLLOUTS = arg("rollouts", 20_000);
+const BASELINE = arg("baseline", 2_000);
+const RUNS = arg("runs", 3);
+const TOKEN = "forget-bench-token";
+const checkpoint = { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: 600 };
+const silent = { logLevel: "silent", shutdownGraceMs: 50 } as const;
+
+interface Listening {
+  listen(options: { port?: number }): Promise<{ url: string }>;
+  close(): Promise<void>;
+}
+
+/** The reference deployment's participants, each listening on a port of its own. */
+async function deploy(dir: string) {
+  const deployment: ResolvedDeployment = { checkpoint, servers: {} };
+  const servers: Listening[] = [];
+  const participants = new Map<ServerKind, string>();
+  const start = async (name: string, kind: ServerKind, server: Listening) => {
+    servers.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const { hostname, port } = new URL(url);
+    deployment.servers[name] = {
+      kind,
+      url,
+      host: hostname,
+      port: Number(port),
+      num_workers: 1,
+      config: {},
+    };
+    if (kind !== "backend") participants.set(kind, url);
+  };
+  await start(
+    "inference",
+    "backend",
+    new FakeInferenceServer({
+      name: "inference",
+      config: { token_store_dir: path.join(dir, "tokens"), control_token: TOKEN },
+      ...silent,
+    }) as unknown as Listening,
+  );
+  const policyConfig = { backend_server: "inference", capture_dir: path.join(dir, "capture") };
+  await start(
+    "policy",
+    "model",
+    new PolicyModel({ name: "policy", checkpoint, deployment, config: policyConfig, ...silent }),
+  );
+  await start(
+    "counter",
+    "resources",
+    new CounterServer({ name: "counter", checkpoint, ...silent }),
+  );
+  await start(
+    "simple_agent",
+    "agent",
+    new SimpleAgent({
+      name: "simple_agent",
+      checkpoint,
+      deployment,
+      config: { model_server: "policy" },
+      ...silent,
+    }),
+  );
+  await start(
+    "counter_env",
+    "environment",
+    new SingleAgentTurnServer({
+      name: "counter_env",
+      checkpoint,
+      deployment,
+      config: {
+        cleanup_timeout_seconds: 5,
+        resources_server: "counter",
+        agent_server: "simple_agent",
+        resources_tool_transports: ["direct_http"],
+      },
+      ...silent,
+    }),
+  );
+  return { participants, close: async () => Promise.all(servers.map((s) => s.close())) };
+}
+
+async function control(url: string, operation: string, body: Record<string, unknown>) {
+  const res = await fetch(`${url}/ng-control/v1/checkpoint/${operation}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ deadline_ts: Date.now() / 1000 + 600, ...body }),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${operation} at ${url}: ${res.status} ${text.slice(0, 300)}`);
+}
+
+/** Runs `work`, returning its wall time and the longest event-loop stall meanwhile (ms). */
+async function measure(work: () => Promise<void>): Promise<{ ms: number; stallMs: number }> {
+  const histogram = monitorEventLoopDelay({ resolution: 5 });
+  histogram.enable();
+  const started = performance.now();
+  await work();
+  const ms = performance.now() - started;
+  histogram.disable();
+  return { ms, stallMs: histogram.max / 1e6 };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] as number;
+}
+
+type Figures = Map<string, { ms: number; stallMs: number }>;
+
+async function runSize(
+  participants: Map<ServerKind, string>,
+  size: number,
+  round: number,
+): Promise<Figures> {
+  const figures: Figures = new Map();
+  for (const [kind, url] of participants) {
+    const samples: Record<"retire" | "forget", { ms: number; stallMs: number }[]> = {
+      retire: [],
+      forget: [],
+    };
+    for (let run = 0; run < RUNS; run++) {
+      const prefix = `${kind}-${round}-${size}-${run}-`;
+      const rolloutIds = Array.from({ length: size }, (_, i) => `${prefix}${i}`);
+      const episodes = rolloutIds.map((rollout_id) => ({ rollout_id, attempt: 1 }));
+      samples.retire.push(
+        await measure(() =>
+          control(url, "retire", { checkpoint_id: `r-${prefix}`, episode_ids: episodes }),
+        ),
+      );
+      samples.forget.push(
+        await measure(() =>
+          control(url, "forget", { checkpoint_id: `f-${prefix}`, rollout_ids: rolloutIds }),
+        ),
+      );
+    }
+    for (const operation of ["retire", "forget"] as const) {
+      figures.set(`${kind} ${operation}`, {
+        ms: median(samples[operation].map((s) => s.ms)),
+        stallMs: median(samples[operation].map((s) => s.stallMs)),
+      });
+    }
+  }
+  return figures;
+}
+
+const dir = await mkdtemp(path.join(os.tmpdir(), "gym-bench-forget-"));
+const { participants, close } = await deploy(dir);
+try {
+  console.log(
+    `retire and forget, ${RUNS} runs each; medians (ms); stall = longest event-loop delay`,
+  );
+  const small = await runSize(participants, BASELINE, 0);
+  const large = await runSize(participants, ROLLOUTS, 1);
+  const rows = [...large.keys()].map((key) => {
+    const l = large.get(key) as { ms: number; stallMs: number };
+    const s = small.get(key) as { ms: number; stallMs: number };
+    return {
+      call: key,
+      [`${BASELINE} (ms)`]: Number(s.ms.toFixed(1)),
+      [`${ROLLOUTS} (ms)`]: Number(l.ms.toFixed(1)),
+      ratio: Number((l.ms / s.ms).toFixed(1)),
+      [`stall at ${ROLLOUTS} (ms)`]: Number(l.stallMs.toFixed(1)),
+    };
+  });
+  console.table(rows);
+} finally {
+  await close();
+  await rm(dir, { recursive: true, force: true });
+}
