@@ -1,7 +1,7 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { CheckpointError, EpisodeError } from "../errors.js";
+import { CheckpointError, EpisodeError, GymError } from "../errors.js";
 import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
 import {
   captureKey,
@@ -377,8 +377,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#fence(id, ["idle"], "restore");
       this.#refuseRetiredReplacements(request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
-      failpoint("restore.fence");
-      this.participant.markRetired(request.episode_ids);
+      try {
+        failpoint("restore.fence");
+        this.participant.markRetired(request.episode_ids);
+      } catch (error) {
+        throw typedRestoreFailure(error, "fencing the replaced attempts");
+      }
       const deadline = request.deadline_ts;
 
       const reading = readCheckpoint({
@@ -423,7 +427,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         if (!installed.done) throw CheckpointError.deadline("the install");
       } catch (error) {
         await this.#reopenAfterFailedRestore(generation);
-        throw error;
+        throw typedRestoreFailure(error, "installing the records");
       }
 
       this.#checkpointId = id;
@@ -849,4 +853,19 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * A restore step's failure as a typed refusal: a typed error as it is; anything else (a
+ * participant hook or the file system failing in a way nobody typed) as 409 `checkpoint_error`
+ * naming the step, instead of a 500 that tells the controller nothing.
+ */
+function typedRestoreFailure(error: unknown, step: string): unknown {
+  if (error instanceof GymError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new CheckpointError(
+    "checkpoint_error",
+    `the restore failed while ${step}: ${message}; restore again, into freshly started servers if it fails again`,
+    { cause: error },
+  );
 }

@@ -201,6 +201,16 @@ export abstract class ResourcesServer extends Server {
     return [];
   }
 
+  /**
+   * The schema of one session's exported state (`exported` mode). When given, every restored
+   * state is checked against it before `restoreSessionStates` runs: a checkpoint holding a
+   * state that fails it is refused with 422 `invalid_checkpoint_state` naming the episode, and
+   * nothing is restored. @default null (the hook checks states itself)
+   */
+  protected sessionStateSchema(): z.ZodType | null {
+    return null;
+  }
+
   /** The body schema of `/seed_session`. @default any JSON value */
   protected seedRequestSchema(): z.ZodType {
     return z.unknown();
@@ -265,6 +275,7 @@ export abstract class ResourcesServer extends Server {
       verify: this.checkpointVerify,
       sessionStarts: cls.checkpointSessionStarts,
       hooks,
+      stateSchema: this.sessionStateSchema(),
       logger: this.logger,
     });
     return this.#participant as unknown as Participant;

@@ -77,7 +77,8 @@ export type FailpointName = (typeof FAILPOINTS)[number];
 /**
  * The points with no I/O of their own: the control plane's steps around the participant's
  * hooks. `crash` there is as meaningful as anywhere; an I/O action is thrown as an unexpected
- * failure of that step would be (an untyped error, which the control plane rethrows as it is).
+ * failure of that step would be (an untyped error, which the control plane refuses as 409
+ * `checkpoint_error` naming the step).
  * Every other point stands where real I/O runs and its error is handled as that I/O's own.
  */
 export const CONTROL_FAILPOINTS: readonly FailpointName[] = ["restore.fence", "restore.install"];

@@ -14,7 +14,6 @@ import { inspectCheckpoint } from "../../../sdk/src/cli/inspect.js";
 import { ERROR_CATALOGUE } from "../../../sdk/src/errors.js";
 import type { Server } from "../../../sdk/src/server/server.js";
 import {
-  CONTROL_FAILPOINTS,
   FAILPOINTS,
   clearFailpoints,
   setFailpoint,
@@ -34,9 +33,12 @@ const IO_ACTIONS: readonly FailpointAction[] = ["eio", "enospc", "eacces"];
 const COMMIT_POINTS: readonly FailpointName[] = FAILPOINTS.filter((point) =>
   point.startsWith("commit."),
 );
-/** The restore points where real I/O runs (the control points are crashed in test/e2e). */
-const RESTORE_POINTS: readonly FailpointName[] = FAILPOINTS.filter(
-  (point) => point.startsWith("restore.") && !CONTROL_FAILPOINTS.includes(point),
+/**
+ * Every restore point: where real I/O runs, and the control plane's own steps (fence, install),
+ * whose untyped failures are refused as 409 `checkpoint_error`.
+ */
+const RESTORE_POINTS: readonly FailpointName[] = FAILPOINTS.filter((point) =>
+  point.startsWith("restore."),
 );
 
 let root: string;

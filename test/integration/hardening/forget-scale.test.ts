@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import { FORGET_SLICE, type ControlPlane } from "../../../sdk/src/control/control-plane.js";
 import type { Participant } from "../../../sdk/src/control/participant.js";
+import { episodeId } from "../../../sdk/src/identity/episode-id.js";
 
 const started: CounterServer[] = [];
 afterEach(async () => {
@@ -22,7 +23,7 @@ function counter(): { plane: ControlPlane; participant: Participant } {
   });
   started.push(server);
   server.app();
-  const plane = server.controlPlane as ControlPlane;
+  const plane = server.controlPlane as unknown as ControlPlane;
   return { plane, participant: plane.participant as Participant };
 }
 
@@ -35,7 +36,7 @@ describe("forget of many rollouts", () => {
     await plane.retire({
       checkpoint_id: "retire-1",
       deadline_ts: deadline(),
-      episode_ids: rolloutIds.map((rollout_id) => ({ rollout_id, attempt: 1 })),
+      episode_ids: rolloutIds.map((rollout_id) => episodeId(rollout_id, 1)),
     });
     const copies = vi.spyOn(participant.retired, "marks");
     const lookups = vi.spyOn(participant.retired, "markOf");
@@ -55,7 +56,7 @@ describe("forget of many rollouts", () => {
     await plane.retire({
       checkpoint_id: "retire-1",
       deadline_ts: deadline(),
-      episode_ids: rolloutIds.map((rollout_id) => ({ rollout_id, attempt: 1 })),
+      episode_ids: rolloutIds.map((rollout_id) => episodeId(rollout_id, 1)),
     });
     // A turn of the event loop queued when the forget starts: it runs before the forget ends
     // only if the forget yields.

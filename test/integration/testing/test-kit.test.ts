@@ -163,7 +163,7 @@ describe("checkpointEvery: request", () => {
     expect(failed).toBeInstanceOf(TestKitError);
     expect((failed as TestKitError).operation).toBe("restore");
     expect((failed as TestKitError).message).toMatch(
-      /^restore was refused; the server logged: .*invalid counter state for session 's1'.*\(HTTP 500: /,
+      /^restore was refused \(HTTP 422: .*invalid_checkpoint_state.*episode 'ep1' \(session 's1'\).*state\.count/,
     );
   });
 });

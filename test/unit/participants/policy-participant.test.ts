@@ -439,6 +439,17 @@ describe("PolicyParticipant commit reply", () => {
 // ----------------------------------------------------------------------------------- install
 
 describe("PolicyParticipant install", () => {
+  it("refuses a checkpoint holding one episode twice; nothing is written", async () => {
+    const p = participant();
+    const before = await listDir(dir);
+    const twice = [record(r0, [custodyRow("c1", "r")]), record(r0, [custodyRow("c2", "r")])];
+    const refused = await p.install(twice, [r0]).catch((error: unknown) => error);
+    expect((refused as GymError).code).toBe("checkpoint_error");
+    expect((refused as Error).message).toContain("episode 'r' twice");
+    expect(await listDir(dir)).toEqual(before);
+    expect(p.restoredCuts.size).toBe(0);
+  });
+
   it("is refused once the process served any call, even an untagged one that left; nothing is written", async () => {
     const p = participant();
     await plant(dir, "r-a1.lineage.jsonl", "dead execution\n");

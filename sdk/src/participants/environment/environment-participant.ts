@@ -6,6 +6,7 @@
  * @see docs/environment-server.md
  * @module
  */
+import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { z } from "zod";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
 import { CheckpointError, EpisodeError } from "../../errors.js";
@@ -247,6 +248,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
         "environment restore requires a participant holding no episodes; restore into a fresh process",
       );
     }
+    refuseDuplicateRecords(records, (r) => captureKey(parseEpisodeId(r.episode_id)), "episode");
     const installed = new Map<string, RestoredEpisode>();
     for (const r of records) {
       const next = nextAttempt(parseEpisodeId(r.episode_id));

@@ -6,6 +6,7 @@
  * @see docs/policy-model.md
  * @module
  */
+import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { z } from "zod";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
 import { CheckpointError } from "../../errors.js";
@@ -240,6 +241,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         "the checkpoint holds capture-ledger rows but this model server has no capture ledger",
       );
     }
+    refuseDuplicateRecords(records, (r) => captureKey(r.episode_id), "episode");
     const byKey = new Map<string, ModelRecord>();
     // Episode IDs of records are minted by the record schema: no parsing again.
     for (const r of records) byKey.set(captureKey(r.episode_id), r);

@@ -1,7 +1,8 @@
 import type { Logger } from "pino";
 import { z } from "zod";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
-import { CheckpointError, EpisodeError } from "../../errors.js";
+import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
+import { CheckpointError, CheckpointStateError, EpisodeError, GymError } from "../../errors.js";
 import {
   captureKey,
   episodeIdToWire,
@@ -60,6 +61,12 @@ export interface ResourcesParticipantOptions {
   readonly sessionStarts?: readonly string[];
   /** The server's session hooks. @default hooks that hold nothing */
   readonly hooks?: Partial<SessionHooks>;
+  /**
+   * The schema each restored session state must pass before any is handed to
+   * `restoreSessionStates`; a state that fails it refuses the restore with 422
+   * `invalid_checkpoint_state` naming its episode, and nothing is installed. @default none
+   */
+  readonly stateSchema?: z.ZodType | null;
   /** Where warnings go (a session missing from an export). */
   readonly logger?: Logger;
 }
@@ -125,6 +132,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   readonly verify: CheckpointVerify;
   readonly #sessionStarts: ReadonlySet<string>;
   readonly #hooks: SessionHooks;
+  readonly #stateSchema: z.ZodType | null;
   readonly #logger: Logger | null;
 
   /** Data admission: false only for stateless/exported while a checkpoint is open. */
@@ -165,6 +173,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     this.verify = options.verify ?? "wait";
     this.#sessionStarts = new Set(options.sessionStarts ?? [SEED_SESSION_PATH]);
     this.#hooks = { ...noHooks, ...options.hooks };
+    this.#stateSchema = options.stateSchema ?? null;
     this.#logger = options.logger ?? null;
   }
 
@@ -513,10 +522,27 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
         "a restart_only resources server cannot restore session state; its rollouts start over",
       );
     }
+    refuseDuplicateRecords(records, (r) => r.session_id, "resources session");
     if (this.mode === "exported") {
-      const states: Record<string, JsonValue> = {};
-      for (const record of records) states[record.session_id] = record.state;
-      await this.#hooks.restoreSessionStates({ states, signal });
+      // Every state checked before any is handed over: a bad one installs nothing.
+      if (this.#stateSchema !== null) {
+        for (const record of records) checkState(this.#stateSchema, record);
+      }
+      // Defined, not assigned: a session ID such as `__proto__` stays an own key.
+      const states = Object.fromEntries(
+        records.map((record) => [record.session_id, record.state] as const),
+      ) as Record<string, JsonValue>;
+      try {
+        await this.#hooks.restoreSessionStates({ states, signal });
+      } catch (error) {
+        if (error instanceof GymError) throw error;
+        throw new CheckpointStateError(
+          `restoreSessionStates refused the checkpoint's session states: ${(error as Error).message}; ` +
+            "nothing was restored",
+          null,
+          { cause: error },
+        );
+      }
     }
     for (const record of records) {
       const next = nextAttempt(parseEpisodeId(record.episode_id));
@@ -647,4 +673,19 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   override statusExtra(): Record<string, unknown> {
     return { mode: this.mode, verify: this.verify, retired_sessions: this.#refused.size };
   }
+}
+
+/** Throws 422 `invalid_checkpoint_state` naming the episode when a record's state fails `schema`. */
+function checkState(schema: z.ZodType, record: ResourcesRecord): void {
+  const parsed = schema.safeParse(record.state);
+  if (parsed.success) return;
+  const key = captureKey(parseEpisodeId(record.episode_id));
+  const issues = parsed.error.issues
+    .slice(0, 3)
+    .map((issue) => `${["state", ...issue.path].join(".")}: ${issue.message}`)
+    .join("; ");
+  throw new CheckpointStateError(
+    `checkpoint record of episode '${key}' (session '${record.session_id}') holds a state this server does not accept: ${issues}; nothing was restored`,
+    key,
+  );
 }

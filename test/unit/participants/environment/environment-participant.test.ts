@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import type { CheckpointError } from "../../../../sdk/src/errors.js";
 import { GymError } from "../../../../sdk/src/errors.js";
 import { episodeId } from "../../../../sdk/src/identity/episode-id.js";
 import {
@@ -140,6 +141,18 @@ describe("EnvironmentParticipant", () => {
       await p.install([record(boundary)], [episodeId("r", 0)], new AbortController().signal);
       return p;
     }
+
+    it("refuses a checkpoint holding one episode twice, installing nothing", async () => {
+      const p = new EnvironmentParticipant();
+      p.closeAdmission(PREPARE);
+      const twice = [record({ next: "verify" }), record({ next: "done" })];
+      const refused = await p
+        .install(twice, [episodeId("r", 0)], new AbortController().signal)
+        .catch((error: unknown) => error);
+      expect((refused as CheckpointError).code).toBe("checkpoint_error");
+      expect((refused as Error).message).toContain("episode 'r' twice");
+      expect(p.restoredPending()).toEqual([]);
+    });
 
     it("installs under the next attempt and reports it pending", async () => {
       const p = await restored();
