@@ -17,6 +17,7 @@ import {
 } from "../identity/episode-id.js";
 import { sleep } from "../util/deadline.js";
 import {
+  MAX_DEADLINE_AHEAD_SECONDS,
   PARTICIPANT_KINDS,
   type ForgetReply,
   type Operation,
@@ -229,7 +230,6 @@ function absoluteDir(dir: string): string {
 }
 
 /** A deadline further ahead than this is a mistake (milliseconds given for seconds). */
-const MAX_DEADLINE_AHEAD_SECONDS = 366 * 24 * 3600;
 
 /**
  * Refuses a deadline that cannot be meant: not a finite number, or more than a year ahead, which

@@ -45,11 +45,25 @@ export const CheckpointIdSchema = z
     example: "ckpt-0007",
   });
 
-export const DeadlineSchema = z.number().meta({
-  id: "DeadlineTs",
-  description: "Absolute Unix time in seconds; finite. A deadline in the past means: do not wait.",
-  example: 1_767_000_000.5,
-});
+/**
+ * How far ahead a deadline may be: a year (and a day). Further is a mistake (milliseconds sent as
+ * seconds, a sentinel like 1e308) that would pin the lease until then; the controller client
+ * refuses the same bound before sending.
+ */
+export const MAX_DEADLINE_AHEAD_SECONDS = 366 * 24 * 3600;
+
+export const DeadlineSchema = z
+  .number()
+  .refine((deadline) => deadline <= Date.now() / 1000 + MAX_DEADLINE_AHEAD_SECONDS, {
+    message:
+      "deadline_ts is more than a year ahead: send absolute Unix time in seconds (not milliseconds)",
+  })
+  .meta({
+    id: "DeadlineTs",
+    description:
+      "Absolute Unix time in seconds; finite, at most a year ahead. A deadline in the past means: do not wait.",
+    example: 1_767_000_000.5,
+  });
 
 const checkpointFields = { checkpoint_id: CheckpointIdSchema, deadline_ts: DeadlineSchema };
 

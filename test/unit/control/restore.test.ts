@@ -166,7 +166,13 @@ describe("a failed install", () => {
   it("reopens admission and leaves the participant idle, allowing a retry", async () => {
     await writeCheckpoint(dir, { a: 1 });
     h.participant.fail("install");
-    await expect(h.cp.restore(restoreReq("r1", dir, ["a"]))).rejects.toBeInstanceOf(InjectedError);
+    // An untyped failure is refused as checkpoint_error naming the step, the cause kept.
+    const refused = await expectCode(
+      h.cp.restore(restoreReq("r1", dir, ["a"])),
+      "checkpoint_error",
+    );
+    expect(refused.message).toContain("while installing the records");
+    expect(refused.cause).toBeInstanceOf(InjectedError);
     expect(h.participant.callsOf("openAdmission")).toHaveLength(1);
     expect(h.participant.admissionOpen).toBe(true);
     expect(h.cp.phase).toBe("idle");
@@ -192,7 +198,11 @@ describe("a failed install", () => {
       h.participant.admissionOpen = false;
       throw new InjectedError("one worker did not close");
     });
-    await expect(h.cp.restore(restoreReq("r1", dir, ["a"]))).rejects.toBeInstanceOf(InjectedError);
+    const refused = await expectCode(
+      h.cp.restore(restoreReq("r1", dir, ["a"])),
+      "checkpoint_error",
+    );
+    expect(refused.cause).toBeInstanceOf(InjectedError);
     expect(h.participant.admissionOpen).toBe(true);
     expect(h.participant.callsOf("install")).toHaveLength(0);
   });
