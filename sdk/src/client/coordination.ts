@@ -393,7 +393,9 @@ export interface RestoreOptions {
  * Restores on every participant at once, all or nothing: on failure the replacement attempts
  * are retired everywhere and everyone is resumed (both only logged when they fail), then the
  * restore's own error is raised. When every participant refused (a 4xx other than
- * `deadline_exceeded`: nothing was installed anywhere), the replacements are left alone.
+ * `deadline_exceeded`: nothing was installed anywhere), the replacements may be live (a retried
+ * command) and are spared: only the checkpointed attempts are retired, so no request of a
+ * crashed attempt that outlived the crash is ever accepted beside a later one.
  */
 export async function restore(
   participants: Participants,
@@ -419,24 +421,25 @@ export async function restore(
   } catch (error) {
     const log = participants.logger ?? pino({ level: "silent" });
     const cleanupDeadline = Math.max(options.deadlineTs, Date.now() / 1000 + 30);
-    // Every stage is asked even when an earlier one fails: the replacements must stop everywhere.
+    // Every stage is asked even when an earlier one fails: the attempts must stop everywhere.
     // When every participant refused before installing anything, the replacements may be live
-    // from an earlier restore (a retried command): retiring them would destroy them for nothing.
-    const replacements = refusedEverywhere(error, participants.members)
-      ? []
+    // from an earlier restore (a retried command): retiring them would destroy them for nothing,
+    // so only the checkpointed (crashed) attempts are fenced, which a fresh process has not yet.
+    const fenced = refusedEverywhere(error, participants.members)
+      ? [...options.episodeIds]
       : options.episodeIds.map(nextAttempt);
     const bytes = encode({
       checkpoint_id: options.checkpointId,
       deadline_ts: cleanupDeadline,
-      episode_ids: replacements.map(episodeIdToWire),
+      episode_ids: fenced.map(episodeIdToWire),
     });
     for (const kinds of RETIRE_ORDER) {
       const stage = byKinds(participants, kinds);
-      if (stage.length === 0 || replacements.length === 0) continue;
+      if (stage.length === 0 || fenced.length === 0) continue;
       try {
         await fanOut(participants, stage, "retire", bytes, cleanupDeadline);
       } catch (cleanupError) {
-        log.error({ err: cleanupError }, "retiring the replacements of a failed restore failed");
+        log.error({ err: cleanupError }, "retiring the attempts of a failed restore failed");
       }
     }
     try {

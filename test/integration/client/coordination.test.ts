@@ -415,7 +415,7 @@ describe("restore", () => {
     for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
   });
 
-  it("leaves the replacements alone when every participant refused: a retried restore destroys nothing", async () => {
+  it("spares the replacements when every participant refused: a retried restore destroys nothing", async () => {
     await checkpointR1();
 
     const fresh = await deploy(FULL);
@@ -434,7 +434,30 @@ describe("restore", () => {
     )) as CoordinationError;
     expect(error).toBeInstanceOf(CoordinationError);
     expect(new Set(Object.values(error.codes()))).toEqual(new Set(["stale_checkpoint"]));
-    expect(calls.filter((call) => call.includes(":retire:"))).toEqual([]);
+    // Only the checkpointed attempt is fenced again; the live replacement r1-a1 is untouched.
+    const retires = calls.filter((call) => call.includes(":retire:"));
+    expect(retires.some((call) => call.endsWith(":retire:r1-a1"))).toBe(false);
+  });
+
+  it("keeps the crashed attempts fenced when every participant refused (a mistyped directory)", async () => {
+    await checkpointR1();
+
+    const fresh = await deploy(FULL);
+    calls.length = 0;
+    const error = (await restore(fresh.participants, {
+      checkpointId: "c1",
+      checkpointDir: `${dir}-mistyped`,
+      episodeIds: [episodeId("r1")],
+      deadlineTs: deadline(),
+    }).catch((e: unknown) => e)) as CoordinationError;
+    expect(error).toBeInstanceOf(CoordinationError);
+    expect(Object.keys(error.failures).sort()).toEqual(Object.keys(FULL).sort());
+    // The fresh processes never saw attempt 0; without this retire they would accept a request
+    // of it that outlived the crash. The replacement r1-a1 is not retired.
+    for (const name of Object.keys(FULL)) expect(calls).toContain(`${name}:retire:r1`);
+    expect(calls.some((call) => call.endsWith(":retire:r1-a1"))).toBe(false);
+    const statuses = await status(fresh.participants);
+    for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
   });
 
   it("still retires the replacements on later stages when an earlier stage's retire fails", async () => {
