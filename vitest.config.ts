@@ -22,6 +22,8 @@ export default defineConfig({
       "test/integration/**/*.test.ts",
       "test/e2e/**/*.test.ts",
       "test/templates/**/*.test.ts",
+      "test/fuzz/**/*.test.ts",
+      "test/sequences/**/*.test.ts",
     ],
     // Two cores on CI: keep forks bounded so e2e process groups are not starved.
     pool: "forks",

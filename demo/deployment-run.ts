@@ -20,6 +20,8 @@ export class DeploymentRun {
   readonly deploymentFile: string;
   readonly stateFile: string;
   readonly env: NodeJS.ProcessEnv;
+  /** Run the built CLI and servers (see {@link CommandOptions.compiled}). */
+  protected compiled = false;
   #deployment: ResolvedDeployment | null = null;
   #client: ServerClient | null = null;
 
@@ -65,7 +67,7 @@ export class DeploymentRun {
     const only = options.afterCrash === true ? ["--only", this.gymServers().join(",")] : [];
     const served = await gym(
       ["serve", this.deploymentFile, "--detach", "--state", this.stateFile, ...only],
-      { env: this.env, timeoutMs: 120_000 },
+      { env: this.env, timeoutMs: 120_000, compiled: this.compiled },
     );
     if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}${served.stdout}`);
     const state = JSON.parse(readFileSync(this.stateFile, "utf8")) as {
@@ -80,7 +82,7 @@ export class DeploymentRun {
   async crash(): Promise<void> {
     const stopped = await gym(
       ["stop", "--kill", "--only", this.gymServers().join(","), "--state", this.stateFile],
-      { env: this.env, timeoutMs: 120_000 },
+      { env: this.env, timeoutMs: 120_000, compiled: this.compiled },
     );
     if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
     await this.#client?.close();
@@ -91,7 +93,11 @@ export class DeploymentRun {
   async stop(): Promise<void> {
     await this.#client?.close();
     this.#client = null;
-    await gym(["stop", "--state", this.stateFile], { env: this.env, timeoutMs: 120_000 });
+    await gym(["stop", "--state", this.stateFile], {
+      env: this.env,
+      timeoutMs: 120_000,
+      compiled: this.compiled,
+    });
   }
 
   /** The client of the running deployment. */

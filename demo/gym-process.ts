@@ -25,6 +25,12 @@ export interface CommandOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Killed (SIGKILL) after this many ms. @default 60000 */
   readonly timeoutMs?: number;
+  /**
+   * Run the built CLI (`sdk/dist`, plain Node) instead of the source under tsx: servers then
+   * start without compiling TypeScript (about half the start-up time). Needs `npm run build`.
+   * @default false
+   */
+  readonly compiled?: boolean;
 }
 
 /** Runs `command` in the repository root to completion, collecting its output. */
@@ -55,7 +61,11 @@ export function runCommand(
   });
 }
 
-/** Runs `gym <args>` from source to completion. */
+/** The built CLI (`npm run build`). */
+export const COMPILED_CLI = path.join(REPO, "sdk", "dist", "cli", "main.js");
+
+/** Runs `gym <args>` to completion: from source, or built when `options.compiled`. */
 export function gym(args: readonly string[], options: CommandOptions = {}): Promise<Finished> {
-  return runCommand(process.execPath, ["--import", "tsx", CLI, ...args], options);
+  const command = options.compiled === true ? [COMPILED_CLI] : ["--import", "tsx", CLI];
+  return runCommand(process.execPath, [...command, ...args], options);
 }
