@@ -34,7 +34,7 @@ export function generatedDocuments(): GeneratedDocument[] {
             version: sdkVersion(),
             description:
               "The checkpoint control routes every participant serves under " +
-              "`/ng-control/v1/checkpoint` (spec core §2, §3, §5). Generated from the SDK's route " +
+              "`/ng-control/v1/checkpoint` (see docs/control-plane.md and docs/errors.md). Generated from the SDK's route " +
               "table and zod schemas by `npm run openapi`; do not edit by hand.",
             controlRoutes: true,
           }),

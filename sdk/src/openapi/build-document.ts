@@ -82,7 +82,7 @@ export const DEFAULT_DATA_TAG = "data";
 /** Name of the security scheme the control routes require. */
 const BEARER_AUTH = "bearerAuth";
 
-/** The path segment of the rollout prefix (spec core §1.5). */
+/** The path segment of the rollout prefix (see docs/concepts.md). */
 const ROLLOUT_SEGMENT = "ng-rollout";
 
 /**
@@ -306,7 +306,7 @@ function tagObject(name: string): TagObject {
     return {
       name,
       description:
-        "Checkpoint control plane (spec core §2, §3): bearer-authenticated, never under the " +
+        "Checkpoint control plane: bearer-authenticated, never under the " +
         "rollout prefix; absent (404) when checkpointing is off.",
     };
   }
@@ -387,7 +387,7 @@ function describeDataRoute(route: RouteDoc, prefixed: boolean): string {
   if (!prefixed) return base;
   return (
     `${base}\n\nUnder the rollout prefix: the server strips \`/${ROLLOUT_SEGMENT}/<capture key>\` ` +
-    "before routing and binds the request to that episode (spec core §1.5)."
+    "before routing and binds the request to that episode."
   );
 }
 

@@ -10,7 +10,7 @@ import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
  * control plane's dispatcher. The bearer check runs first on every route (401 before any body is
  * parsed); any body is parsed as JSON whatever its content type.
  *
- * Only the listed spellings and methods exist (spec core §3): paths match case-sensitively and
+ * Only the listed spellings and methods exist: paths match case-sensitively and
  * without a trailing slash, and any other method on a control path (OPTIONS included, which
  * Express would otherwise answer by itself) is checked for the bearer, then answered 404.
  */

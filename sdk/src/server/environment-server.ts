@@ -31,7 +31,7 @@ import type { JsonValue } from "../wire/json-value.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";
 
-/** A task's identity (spec environment §2.3). */
+/** A task's identity: its task set and its ID within it. */
 export const TaskIdSchema = z
   .strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) })
   .meta({ id: "TaskId" });
@@ -59,7 +59,7 @@ export type RunRequest = z.infer<typeof RunRequestSchema>;
 const MAX_TIMEOUT_S = 2_147_483;
 
 /**
- * The base `config:` of an environment server (spec environment §3.1): the settings that bound an
+ * The base `config:` of an environment server: the settings that bound an
  * episode's work. Strict; a subclass that declares more settings extends it
  * (`EnvironmentConfigSchema.extend({...})`) in its {@link EnvironmentServer.configSchema}.
  */
@@ -90,7 +90,7 @@ export const EnvironmentConfigSchema = z
 /** The base environment server settings. */
 export type EnvironmentConfig = z.infer<typeof EnvironmentConfigSchema>;
 
-/** Why an episode failed (spec environment §5.1). */
+/** Why an episode failed. */
 export interface EpisodeFailure {
   readonly failure_reason: string;
   /** True: the collector must not retry this rollout. */
@@ -145,7 +145,7 @@ const MAX_REASON = 2000;
  *
  * ## Rules
  * - `/run` names its episode by `episode_id`, or by the collector's row fields (`_ng_rollout_id`,
- *   `_ng_task_index`, `_ng_rollout_index`, `_ng_attempt_index`; spec core §1.4); both must agree.
+ *   `_ng_task_index`, `_ng_rollout_index`, `_ng_attempt_index`); both must agree.
  * - With checkpointing on, each `/run` is admitted by the environment participant (refusals
  *   `stale_attempt`, `admission_closed`, `checkpoint_error` become the 409 envelope and run
  *   nothing). Set `static checkpointBoundaries = true` once the episode records a boundary at the
@@ -299,7 +299,7 @@ export abstract class EnvironmentServer extends Server {
       const timeoutS = (this.config as EnvironmentConfig).queue_timeout_seconds;
       const got = await slots.acquire(timeoutS === null ? null : timeoutS * 1000, requestSignal);
       if (!got) {
-        // No checkpoint state touched and no downstream call made (spec environment §6.1).
+        // No checkpoint state touched and no downstream call made.
         return {
           episode_id: episodeIdToWire(episode),
           task_id: body.task.task_id,
@@ -367,7 +367,7 @@ export abstract class EnvironmentServer extends Server {
       admitted.end();
     }
     if (thrown !== null) {
-      // Only the control family propagates as an HTTP error (spec environment §6.6); any other
+      // Only the control family propagates as an HTTP error; any other
       // error, typed or not, is the episode's terminal unhandled failure.
       if (thrown instanceof EpisodeError || thrown instanceof CheckpointError) throw thrown;
       if (admitted.signal.aborted) {
@@ -423,7 +423,7 @@ function validOutcome(outcome: unknown): EpisodeOutcome {
 /**
  * The episode a `/run` body names; `episode_id` and the row fields must agree. A body naming
  * no episode, or a malformed or conflicting one, fails validation: 422 `invalid_request` naming
- * the field (spec environment §4.1: missing identity and a bad `rollout_id` are 422).
+ * the field.
  */
 function episodeOfBody(body: RunRequest): EpisodeId {
   let fromRow: EpisodeId | null;

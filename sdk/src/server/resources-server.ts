@@ -31,7 +31,7 @@ import { Server, type ServerOptions } from "./server.js";
 /** The path of the base aggregation route. */
 const AGGREGATE_METRICS_PATH = "/aggregate_metrics";
 
-/** The native `/seed_session` body (spec resources §3). */
+/** The native `/seed_session` body. */
 export const ResourcesSeedSessionRequestSchema = z
   .strictObject({
     resources_session_id: z.string().min(1),

@@ -38,7 +38,7 @@ function corrupt(what: string, key: string | null = null, cause?: unknown): Chec
 }
 
 /**
- * Reads and verifies one participant's checkpoint in one streaming pass (spec core §7.5):
+ * Reads and verifies one participant's checkpoint in one streaming pass (see docs/storage.md):
  * checks the manifest, hashes and counts every line of the records file, keeps and validates
  * only in-scope records, then compares digest and count. Every problem is a typed
  * `invalid_checkpoint_state`, naming the episode when a record is at fault, or the file when

@@ -35,7 +35,7 @@ export interface WriteTarget extends ParticipantLocation {
 /**
  * Refuses, before anything is exported or written, a directory whose manifest already belongs
  * to another checkpoint: the write would fail at its very end anyway, and a write once started
- * ties its checkpoint ID to its directory (spec core §4.7.1), so refusing late would leave the
+ * ties its checkpoint ID to its directory, so refusing late would leave the
  * ID unable to commit anywhere else. A manifest of the same checkpoint is left to the writer,
  * which compares it whole (a retried commit finds its own manifest). A manifest that is not a
  * regular file (a FIFO, a directory, ...) is refused here, naming it, without being opened, and
@@ -81,7 +81,7 @@ function ioError(dir: string, error: unknown): CheckpointStateError {
 }
 
 /**
- * Writes one participant's records and manifest for one checkpoint (spec core §7.4).
+ * Writes one participant's records and manifest for one checkpoint (see docs/storage.md).
  *
  * Records are encoded and streamed one at a time into a hidden temporary file while their
  * SHA-256 is computed. Then one round of fsyncs runs concurrently: the file, the directories

@@ -1,6 +1,6 @@
 /**
  * Cookie jars as plain `name → value` maps: what agents and environment servers carry between
- * calls (spec agent §9.4: cookie values are flattened to plain strings).
+ * calls (cookie values are flattened to plain strings).
  *
  * @module
  */

@@ -1,4 +1,4 @@
-/** Header names of the checkpoint contract (spec core §10.4, resources §1). Exact. */
+/** Header names of the checkpoint contract. Exact. */
 
 /** On every session-start reply of a resources server: `wait` or `replay`. */
 export const VERIFY_HEADER = "x-ng-checkpoint-verify";

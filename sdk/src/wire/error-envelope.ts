@@ -1,5 +1,5 @@
 /**
- * Wire schema of the error envelope every refusal is answered with (spec core §2, §5):
+ * Wire schema of the error envelope every refusal is answered with:
  * `{"error": {"code", "detail", "issues"?}}`. The OpenAPI document uses it for every error
  * response, so the codes it lists are exactly those of {@link ERROR_CATALOGUE}.
  *

@@ -1,4 +1,4 @@
-/** The `checkpoint:` settings block (spec core §11). */
+/** The `checkpoint:` settings block of a deployment file (see docs/deployment.md). */
 import { z } from "zod";
 
 export const CheckpointSettingsSchema = z

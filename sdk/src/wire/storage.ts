@@ -1,4 +1,4 @@
-/** Wire schemas of checkpoint storage: the manifest (spec core §7.3) and record envelopes. */
+/** Wire schemas of checkpoint storage (see docs/storage.md): the manifest and record envelopes. */
 import { z } from "zod";
 import { EpisodeIdSchema } from "../identity/episode-id.js";
 import { JsonPayloadSchema } from "./json-value.js";

@@ -4,7 +4,7 @@ import { parseCookieHeader } from "../../util/cookies.js";
 import { decodeSessionCookie, encodeSessionCookie } from "../resources/session-cookie.js";
 
 /**
- * The signed cookie binding a client to an agent session (spec agent §3: the marker
+ * The signed cookie binding a client to an agent session (it carries the
  * `agent_session_id`). Deterministic per server name, so a restored process accepts the
  * cookies its predecessor set.
  */

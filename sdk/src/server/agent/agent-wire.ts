@@ -1,5 +1,5 @@
 /**
- * The wire shapes of an agent server's data routes (spec agent §3): the session seed and
+ * The wire shapes of an agent server's data routes (see docs/agent.md): the session seed and
  * close, the Responses-style activation body, the legacy `/run` body.
  *
  * @module
@@ -8,7 +8,7 @@ import { z } from "zod";
 import { EpisodeIdSchema, episodeIdFromWire } from "../../identity/episode-id.js";
 import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../../util/plain-record.js";
 
-/** The header carrying an activation's 1-based index within its session (spec agent §6). */
+/** The header carrying an activation's 1-based index within its session. */
 export const ACTIVATION_HEADER = "x-ng-agent-activation";
 
 /** A grant to call the resources server's tools over plain HTTP. */
@@ -52,7 +52,7 @@ export const ToolAccessSchema = z.discriminatedUnion("kind", [
 /** One tool access grant. */
 export type ToolAccess = z.infer<typeof ToolAccessSchema>;
 
-/** `POST /v1/agent_sessions` (spec agent §3.1). */
+/** `POST /v1/agent_sessions`: seed a session. */
 export const AgentSeedRequestSchema = z
   .strictObject({
     agent_session_id: z.string().min(1),
@@ -85,7 +85,7 @@ export const AgentSeedReplySchema = z
   .strictObject({ agent_session_id: z.string() })
   .meta({ id: "AgentSeedReply" });
 
-/** `POST /v1/agent_sessions/close` (spec agent §3.3). */
+/** `POST /v1/agent_sessions/close`: close a session. */
 export const AgentCloseRequestSchema = z
   .strictObject({ agent_session_id: z.string().min(1), episode_id: EpisodeIdSchema })
   .meta({ id: "AgentCloseRequest" });

@@ -1,5 +1,5 @@
 /**
- * The request tracking of a restart-only agent (spec agent §7): every `/run` and
+ * The request tracking of a restart-only agent: every `/run` and
  * `/v1/responses` call is tracked under its capture key while it runs, so a prepare reports it
  * as a restart and a retire can stop it.
  *

@@ -1,5 +1,5 @@
 /**
- * Token lineage on the gate side (spec policy-model §8.1, §5.2): which committed call a new
+ * Token lineage on the gate side (see docs/policy-model.md): which committed call a new
  * request continues (its parent), the capture admission the worker gets, and the custody row a
  * committed call leaves in the ledger.
  *
@@ -107,7 +107,7 @@ export interface CustodyInput {
   readonly admittedAt: number;
 }
 
-/** The custody row of a staged call (§5.2): no token arrays, only where they are staged. */
+/** The custody row of a staged call: no token arrays, only where they are staged. */
 export function custodyRow(input: CustodyInput): LedgerRow {
   const { coords } = input;
   const stagingKey = coords.staging_key as string;

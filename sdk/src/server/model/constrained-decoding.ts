@@ -1,5 +1,5 @@
 /**
- * Constrained decoding (spec policy-model §7.4): a call whose decoder keeps structured state
+ * Constrained decoding: a call whose decoder keeps structured state
  * cannot be continued from a token prefix, so it is never cut and never continues a cut.
  *
  * @module

@@ -1,5 +1,5 @@
 /**
- * The generation-cut round (spec policy-model §7.3): while a prepare closes the gate, each
+ * The generation-cut round (see docs/policy-model.md): while a prepare closes the gate, each
  * inference worker is asked once to stage the tokens its undelivered calls generated so far.
  * A cut that fails in any way only costs regenerating the call: it never fails the prepare.
  *

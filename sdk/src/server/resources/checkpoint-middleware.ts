@@ -14,7 +14,7 @@ import {
 export { CLOSE_FOLLOWS_HEADER, RESTART_HEADER, VERIFY_HEADER };
 
 /**
- * The checkpoint middleware of a resources server (spec resources §8): passes GET/HEAD and
+ * The checkpoint middleware of a resources server (see docs/resources-server.md): passes GET/HEAD and
  * control routes through; waits for admission (never refuses for an open checkpoint); admits,
  * counts and fences each request through the participant; decorates session-start replies and
  * updates session tracking when the response starts.
