@@ -145,8 +145,9 @@ const taken = new WeakSet<IncomingMessage>();
  * - 422 when it is not JSON, or nests deeper than {@link MAX_BODY_DEPTH} levels (seen while it
  *   arrives, before it is parsed).
  *
- * A refusal sent before the body ended closes the connection after the reply, so the rest of
- * the body is never waited for. A client that goes away mid-body gets no reply.
+ * A 413 sent before the body ended closes the connection after the reply, so the rest of the
+ * body is never waited for; any other refusal discards the rest of the body (within the limit)
+ * so the client reads the refusal. A client that goes away mid-body gets no reply.
  */
 export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
   const limitBytes = options.limitBytes ?? BODY_LIMIT_BYTES;
@@ -164,7 +165,17 @@ export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
         next();
       },
       (error: unknown) => {
-        if (!req.complete && !res.headersSent) res.setHeader("Connection", "close");
+        if (!req.complete) {
+          if (error instanceof BodyRefusedError && error.status === 413) {
+            // Too large to read to its end: answer, then close instead of waiting for the rest.
+            if (!res.headersSent) res.setHeader("Connection", "close");
+          } else {
+            // The rest is within the limit: discard it, so the client, still sending, reads the
+            // refusal instead of a reset connection (a bounded slow sender meets the request
+            // timeout).
+            req.resume();
+          }
+        }
         next(error);
       },
     );
