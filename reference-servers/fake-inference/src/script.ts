@@ -136,10 +136,12 @@ export class TurnScript {
   #turnsOf(query: TurnQuery): readonly Turn[] {
     const { per_rollout: perRollout } = this.#script;
     if (query.rollout !== null) {
-      const own = perRollout[query.rollout];
+      // Own keys only: a rollout named `constructor` has no script unless one was given.
+      const own = Object.hasOwn(perRollout, query.rollout) ? perRollout[query.rollout] : undefined;
       if (own !== undefined) return own;
       const bare = bareRolloutId(query.rollout);
-      const shared = bare === null ? undefined : perRollout[bare];
+      const shared =
+        bare === null || !Object.hasOwn(perRollout, bare) ? undefined : perRollout[bare];
       if (shared !== undefined) return shared;
     }
     if (this.#script.default !== undefined) return this.#script.default;

@@ -105,20 +105,24 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
   protected override exportAgentSessions(input: {
     readonly sessionKeys: readonly string[];
   }): Promise<Record<string, Record<string, JsonValue>>> {
-    const out: Record<string, Record<string, JsonValue>> = {};
+    // Entries, not assignments: a session ID such as `__proto__` stays an own key.
+    const out: [string, Record<string, JsonValue>][] = [];
     for (const key of input.sessionKeys) {
       const view = this.sessionView(key);
       if (view === undefined || view.request === null || view.state === undefined) {
         return Promise.reject(new Error(`the Simple Agent holds no open session ${key}`));
       }
-      out[key] = {
-        request: view.request as unknown as JsonValue,
-        // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
-        resources_cookies: view.state.resourcesCookies,
-        observations: view.state.observations as unknown as JsonValue,
-      };
+      out.push([
+        key,
+        {
+          request: view.request as unknown as JsonValue,
+          // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
+          resources_cookies: view.state.resourcesCookies,
+          observations: view.state.observations as unknown as JsonValue,
+        },
+      ]);
     }
-    return Promise.resolve(out);
+    return Promise.resolve(Object.fromEntries(out));
   }
 
   protected override restoreAgentSessions(input: {
@@ -225,7 +229,16 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
       headers: cookieHeaders(cookies),
       signal,
     });
-    // The model's refusal or garbled reply is the model server's failure: 502, naming it.
+    // The model found the request invalid: the input and parameters are the caller's own, so
+    // it is the caller's mistake (422 with the model's issues), not the model server's failure.
+    const invalid = reply.status === 422 ? invalidRequestOf(reply.body) : null;
+    if (invalid !== null) {
+      throw new InvalidRequestError(
+        `the model server refused the request built from this input: ${invalid.detail}`,
+        invalid.issues,
+      );
+    }
+    // Any other refusal or a garbled reply is the model server's failure: 502, naming it.
     if (reply.status < 200 || reply.status >= 300) {
       throw new GymError(
         "upstream_error",
@@ -324,7 +337,7 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
           }),
         ),
       dispatch: async (body, jar, signal) => {
-        if (this.deployment.servers[this.name] === undefined) {
+        if (!Object.hasOwn(this.deployment.servers, this.name)) {
           throw new Error(
             `a legacy /run sends its turn loop to this agent: the deployment has no server ${this.name}`,
           );
@@ -389,3 +402,21 @@ function withCookies(reply: TextReply): RunCallReply {
 }
 
 if (isMainModule(import.meta.url)) await serveMain(SimpleAgent);
+
+/** The model's `invalid_request` envelope (detail and issues), or null for anything else. */
+function invalidRequestOf(
+  body: string,
+): { detail: string; issues: { path: (string | number)[]; message: string }[] } | null {
+  try {
+    const parsed = JSON.parse(body) as {
+      error?: { code?: unknown; detail?: unknown; issues?: unknown };
+    };
+    if (parsed.error?.code !== "invalid_request") return null;
+    const issues = Array.isArray(parsed.error.issues)
+      ? (parsed.error.issues as { path: (string | number)[]; message: string }[])
+      : [];
+    return { detail: String(parsed.error.detail ?? ""), issues };
+  } catch {
+    return null;
+  }
+}

@@ -283,17 +283,28 @@ function markIncomplete(response: Item, hadOutput: boolean): Item {
 export function addUsage(total: Item | null, usage: unknown): Item | null {
   if (typeof usage !== "object" || usage === null || Array.isArray(usage)) return total;
   const sum: Item = { ...(total ?? {}) };
+  // The backend names the fields: own keys only, defined rather than assigned, so a field
+  // called `constructor` or `__proto__` is summed like any other.
+  const set = (key: string, value: unknown): void => {
+    Object.defineProperty(sum, key, {
+      value,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  };
   for (const [key, value] of Object.entries(usage as Item)) {
-    const prior = sum[key];
+    const held = Object.hasOwn(sum, key);
+    const prior = held ? sum[key] : undefined;
     if (typeof value === "number") {
-      sum[key] = (typeof prior === "number" ? prior : 0) + value;
+      set(key, (typeof prior === "number" ? prior : 0) + value);
     } else if (typeof value === "object" && value !== null && !Array.isArray(value)) {
-      sum[key] = addUsage(
-        typeof prior === "object" && prior !== null ? (prior as Item) : null,
-        value,
+      set(
+        key,
+        addUsage(typeof prior === "object" && prior !== null ? (prior as Item) : null, value),
       );
-    } else if (!(key in sum)) {
-      sum[key] = value;
+    } else if (!held) {
+      set(key, value);
     }
   }
   return sum;

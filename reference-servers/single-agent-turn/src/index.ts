@@ -88,7 +88,7 @@ export default class SingleAgentTurnServer extends EnvironmentServer {
   protected override configSchema(): z.ZodType {
     return SingleAgentTurnConfigSchema.superRefine((config, ctx) => {
       for (const key of ["resources_server", "agent_server"] as const) {
-        if (this.deployment.servers[config[key]] === undefined) {
+        if (!Object.hasOwn(this.deployment.servers, config[key])) {
           ctx.addIssue({
             code: "custom",
             path: [key],

@@ -172,9 +172,10 @@ export class ServerClient {
 
   /** A server's entry, or {@link UnknownServerError}. */
   server(name: string): ResolvedServer {
-    const entry = this.deployment.servers[name];
-    if (entry === undefined) throw new UnknownServerError(name, this.serverNames());
-    return entry;
+    // Own keys only: `constructor` or `toString` is no server unless the deployment names it.
+    const servers = this.deployment.servers;
+    if (!Object.hasOwn(servers, name)) throw new UnknownServerError(name, this.serverNames());
+    return servers[name] as ResolvedServer;
   }
 
   /** The path a data call is sent to: prefixed with the rollout when checkpointing is on. */

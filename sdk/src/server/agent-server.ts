@@ -79,7 +79,7 @@ export const AgentConfigSchema = z
 /** The base agent settings. */
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 
-/** The fields the SDK adds to every exported session object (spec agent §6, §9.7). */
+/** The fields the SDK adds to every exported session object (see docs/agent.md). */
 const BOOKKEEPING_FIELDS = ["activations", "completed_activation", "completed_reply"] as const;
 
 /** The reply of a completed activation, kept to answer a repeated request for it. */
@@ -892,7 +892,8 @@ export abstract class AgentServer<State = unknown> extends Server {
           native.length === 0
             ? {}
             : await this.exportAgentSessions({ sessionKeys: native, signal });
-        const out: Record<string, JsonValue> = {};
+        // Entries, not assignments: an agent session ID such as `__proto__` stays an own key.
+        const out: [string, JsonValue][] = [];
         for (const key of sessionKeys) {
           const legacy = isLegacySessionKey(key);
           if (!legacy && !Object.hasOwn(exported, key)) continue;
@@ -904,13 +905,14 @@ export abstract class AgentServer<State = unknown> extends Server {
             );
           }
           const entry = this.#sessions.get(key);
-          out[key] = withFields(own, {
+          const session = withFields(own, {
             activations: entry?.activations ?? 0,
             completed_activation: entry?.completedActivation ?? 0,
             completed_reply: (entry?.completedReply ?? null) as JsonValue,
           });
+          out.push([key, session]);
         }
-        return out;
+        return Object.fromEntries(out);
       },
       restoreAgentSessions: async ({ sessions, signal }) => {
         const books = sessions.map((s) => {

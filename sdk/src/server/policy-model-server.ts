@@ -119,7 +119,10 @@ export class PolicyModelServer extends Server {
     const config = this.modelConfig;
     if (config.backend_url !== null) return config.backend_url.replace(/\/+$/, "");
     if (config.backend_server !== null) {
-      const server = this.deployment.servers[config.backend_server];
+      const servers = this.deployment.servers;
+      const server = Object.hasOwn(servers, config.backend_server)
+        ? servers[config.backend_server]
+        : undefined;
       if (server === undefined) {
         throw new ConfigError(
           `server ${this.name}: backend_server ${config.backend_server} is not in the deployment`,

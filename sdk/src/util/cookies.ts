@@ -16,7 +16,7 @@ export function parseCookieHeader(header: string | undefined | null): CookieJar 
     const at = part.indexOf("=");
     if (at <= 0) continue;
     const name = part.slice(0, at).trim();
-    if (name.length > 0) jar[name] = part.slice(at + 1).trim();
+    if (name.length > 0) setOwn(jar, name, part.slice(at + 1).trim());
   }
   return jar;
 }
@@ -36,7 +36,7 @@ export function setCookieJar(header: string | readonly string[] | undefined): Co
     const first = line.split(";", 1)[0] ?? "";
     const at = first.indexOf("=");
     if (at <= 0) continue;
-    jar[first.slice(0, at).trim()] = first.slice(at + 1).trim();
+    setOwn(jar, first.slice(0, at).trim(), first.slice(at + 1).trim());
   }
   return jar;
 }
@@ -44,4 +44,9 @@ export function setCookieJar(header: string | readonly string[] | undefined): Co
 /** `Set-Cookie` lines setting each cookie of a jar on the root path. */
 export function setCookieLines(jar: Readonly<CookieJar>): string[] {
   return Object.entries(jar).map(([name, value]) => `${name}=${value}; Path=/`);
+}
+
+/** Sets a cookie as an own key: a cookie named `__proto__` is kept, not made the prototype. */
+function setOwn(jar: CookieJar, name: string, value: string): void {
+  Object.defineProperty(jar, name, { value, enumerable: true, writable: true, configurable: true });
 }

@@ -1,4 +1,5 @@
 import { setMaxListeners } from "node:events";
+import { setImmediate as setImmediatePromise } from "node:timers/promises";
 
 /**
  * Deadlines travel on the wire as absolute Unix seconds; inside they become timers and
@@ -127,19 +128,41 @@ export function deadlineSignal(
   };
 }
 
+/** Items {@link forEachConcurrently} starts between two turns of the event loop by default. */
+export const ITEMS_PER_TURN = 256;
+
 /**
  * Runs `fn` over `items` with at most `limit` running at once; rejects with the first error
  * after every started call has settled.
+ *
+ * Every `itemsPerTurn` items started, every lane waits for one shared turn of the event loop:
+ * calls that settle without real I/O (a retire of a rollout holding nothing) would otherwise
+ * chain through the microtask queue and keep timers and other requests waiting until the last
+ * of tens of thousands is done. @default itemsPerTurn {@link ITEMS_PER_TURN}
  */
 export async function forEachConcurrently<T>(
   items: readonly T[],
   limit: number,
   fn: (item: T) => Promise<void>,
+  options: { readonly itemsPerTurn?: number } = {},
 ): Promise<void> {
+  const itemsPerTurn = options.itemsPerTurn ?? ITEMS_PER_TURN;
   let next = 0;
   let failure: { error: unknown } | null = null;
+  let startedSinceTurn = 0;
+  let turn: Promise<void> | null = null;
   async function lane(): Promise<void> {
     while (next < items.length) {
+      if (startedSinceTurn >= itemsPerTurn) {
+        // One turn for all lanes: the microtask queue drains only once every lane waits.
+        turn ??= setImmediatePromise().then(() => {
+          turn = null;
+          startedSinceTurn = 0;
+        });
+        await turn;
+        continue;
+      }
+      startedSinceTurn += 1;
       const item = items[next++] as T;
       try {
         await fn(item);

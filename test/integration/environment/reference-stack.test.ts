@@ -97,7 +97,7 @@ async function deploy() {
     config: { model_server: "policy" },
     ...silent,
   });
-  await start("simple_agent", "agent", agent);
+  const agentUrl = await start("simple_agent", "agent", agent);
   const env = new SingleAgentTurnServer({
     name: "counter_env",
     checkpoint,
@@ -111,7 +111,7 @@ async function deploy() {
     ...silent,
   });
   const url = await start("counter_env", "environment", env);
-  return { url, policy, inference, counter };
+  return { url, policy, inference, counter, agentUrl };
 }
 
 type Listen = (options: { port?: number }) => Promise<{ url: string }>;
@@ -131,6 +131,19 @@ describe("the reference deployment", () => {
     expect(rows.map((row) => row.mode)).toEqual(["text", "token_in"]);
     expect(inference.calls.calls().map((call) => call.capture)).toEqual(["staged", "staged"]);
     expect(counter.counters.size).toBe(0);
+  });
+
+  it("answers the agent's caller 422, not 502, when the model finds the caller's input invalid", async () => {
+    const { agentUrl } = await deploy();
+    const res = await request(agentUrl)
+      .post("/ng-rollout/bad-input/v1/responses")
+      .send({ input: [{ content: "no type, no role" }], tools: [{ name: "t" }] });
+    expect(res.status, JSON.stringify(res.body)).toBe(422);
+    expect(res.body.error.code).toBe("invalid_request");
+    expect(res.body.error.detail).toMatch(
+      /^the model server refused the request built from this input/,
+    );
+    expect(res.body.error.issues.length).toBeGreaterThan(0);
   });
 
   it("aggregates verify responses on /aggregate_metrics of counter_env", async () => {

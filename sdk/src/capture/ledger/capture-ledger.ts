@@ -1,8 +1,9 @@
-import { mkdir, open, readdir, stat } from "node:fs/promises";
+import { open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
 import { fsyncDir } from "../../store/fs-sync.js";
+import { makeDirectories } from "../../store/safe-fs.js";
 import {
   InvalidLedgerRowError,
   LedgerConflictError,
@@ -610,9 +611,12 @@ export class CaptureLedger {
     return path.join(this.#dir, captureFileName(key, kind));
   }
 
-  /** Creates the directory once per instance, before the first write. */
+  /**
+   * Creates the directory once per instance, before the first write: one level at a time and
+   * never on a pseudo file system, where a recursive `mkdir` can retry for ever.
+   */
   async #ensureDir(): Promise<void> {
-    this.#dirReady ??= mkdir(this.#dir, { recursive: true }).then(() => undefined);
+    this.#dirReady ??= makeDirectories(this.#dir);
     try {
       await this.#dirReady;
     } catch (error) {

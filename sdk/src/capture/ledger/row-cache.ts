@@ -1,5 +1,12 @@
-import { closeSync, openSync, readSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync, statSync } from "node:fs";
+import { CorruptLedgerError } from "./errors.js";
 import { decodeRowBytes, type LedgerRow } from "./row-codec.js";
+
+/**
+ * Opens without blocking: a FIFO put where a ledger belongs would otherwise wait for a writer
+ * inside a synchronous read, stopping the whole event loop.
+ */
+const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
 
 /** What a read found: whether the ledger file exists, and its rows in file order. */
 export interface LedgerRead {
@@ -46,10 +53,11 @@ export class RowCache {
   read(key: string, file: string): LedgerRead {
     const found = statSync(file, { throwIfNoEntry: false });
     if (found === undefined) return this.#vanished(key);
+    if (!found.isFile()) throw notRegularFile(key, file);
     const { size, ino } = found;
     const from = this.#unreadFrom(key, ino, size);
     if (from === size) return { exists: true, rows: this.#rowsOf(key) };
-    return this.#parsed(key, ino, from, readRange(file, from, size));
+    return this.#parsed(key, ino, from, readRange(key, file, from, size));
   }
 
   #vanished(key: string): LedgerRead {
@@ -92,16 +100,25 @@ export class RowCache {
   }
 }
 
-/** Bytes `[from, to)` of `file`, fewer when it shrank meanwhile; null when it vanished. */
-function readRange(file: string, from: number, to: number): Buffer | null {
+/** The refusal of a ledger path that holds something other than a regular file. */
+function notRegularFile(key: string, file: string): CorruptLedgerError {
+  return new CorruptLedgerError(key, `${file} is not a regular file; remove it`);
+}
+
+/**
+ * Bytes `[from, to)` of `file`, fewer when it shrank meanwhile; null when it vanished. The open
+ * file is checked again: it may have been replaced since the caller's `stat`.
+ */
+function readRange(key: string, file: string, from: number, to: number): Buffer | null {
   let fd: number;
   try {
-    fd = openSync(file, "r");
+    fd = openSync(file, READ_FLAGS);
   } catch (error) {
     if (isMissing(error)) return null;
     throw error;
   }
   try {
+    if (!fstatSync(fd).isFile()) throw notRegularFile(key, file);
     const buffer = Buffer.alloc(to - from);
     let filled = 0;
     while (filled < buffer.length) {

@@ -7,6 +7,8 @@
  * @see docs/agent.md
  * @module
  */
+import { AttemptSet } from "../../control/attempt-keys.js";
+import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
 import { CheckpointError, EpisodeError } from "../../errors.js";
 import {
@@ -227,8 +229,8 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   readonly #directByRollout = new Map<string, Set<DirectEntry>>();
   /** Restored legacy boundaries by session key, until the replacement `/run` consumes one. */
   readonly #legacyRestored = new Map<string, JsonValue>();
-  /** Legacy episodes tracked by the steps: capture key → attempt. */
-  readonly #legacyLive = new Map<string, EpisodeId>();
+  /** Legacy episodes tracked by the steps, by capture key (indexed by rollout). */
+  readonly #legacyLive = new AttemptSet();
   /** Capture keys of legacy episodes marked restart. */
   readonly #legacyRestarts = new Set<string>();
   /** Capture keys earlier prepare stages reported as restarts, until admission reopens. */
@@ -485,7 +487,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     }
     this.#legacyRestored.delete(key);
     s.restoredPending = false;
-    this.#legacyLive.set(ck, episode);
+    this.#legacyLive.add(episode);
     let ended = false;
     const steps = this.steps;
     return {
@@ -677,16 +679,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       episodeId: nextAttempt(parseEpisodeId(r.episode_id)),
       session: r.session,
     }));
-    const keys = new Set<string>();
-    for (const { sessionKey } of sessions) {
-      if (keys.has(sessionKey)) {
-        throw new CheckpointError(
-          "checkpoint_error",
-          `the checkpoint holds agent session ${sessionKey} twice`,
-        );
-      }
-      keys.add(sessionKey);
-    }
+    refuseDuplicateRecords(records, (r) => r.session_key, "agent session");
     if (sessions.length > 0) await this.#hooks.restoreAgentSessions({ sessions, signal });
     records.forEach((r, i) => {
       const { sessionKey, episodeId } = sessions[i] as (typeof sessions)[number];
@@ -745,7 +738,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       [signal],
     );
     // 3. The legacy episodes of the attempt stop.
-    const legacy = [...this.#legacyLive].filter(([, e]) => covers(e)).map(([key]) => key);
+    const legacy = this.#legacyLive.covered(episode);
     await Promise.all(legacy.map((key) => this.steps.retire(key, signal)));
     // 4. The agent frees each session's state; 5. only then is the session forgotten.
     for (const s of sessions) {
@@ -753,11 +746,9 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       if (this.#sessions.get(s.key) === s) this.#untrack(s);
       this.#legacyRestored.delete(s.key);
     }
-    for (const key of [...this.#legacyRestored.keys()]) {
-      if (key === legacySessionKey(episode.rollout_id) && !this.#sessions.has(key)) {
-        this.#legacyRestored.delete(key);
-      }
-    }
+    // The rollout's own legacy key only: no scan of every restored legacy session.
+    const legacyKey = legacySessionKey(episode.rollout_id);
+    if (!this.#sessions.has(legacyKey)) this.#legacyRestored.delete(legacyKey);
     this.#changed();
   }
 

@@ -6,8 +6,9 @@
  * @see docs/environment-server.md
  * @module
  */
-import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { z } from "zod";
+import { AttemptMap } from "../../control/attempt-keys.js";
+import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
 import { CheckpointError, EpisodeError } from "../../errors.js";
 import {
@@ -125,12 +126,13 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   readonly recordSchema = EnvironmentRecordSchema;
   /** The episode steps runner; exposed read-only for tests and diagnostics. */
   readonly steps = new EpisodeSteps({ onChange: () => this.notify() });
-  /** Tracked episodes: capture key → attempt (mirrors the runner until `end`). */
-  readonly #live = new Map<string, EpisodeId>();
-  /** Capture key → task digest of tracked episodes. */
-  readonly #digests = new Map<string, string>();
-  /** Replacement capture key → restored record waiting for its `/run`. */
-  readonly #restored = new Map<string, RestoredEpisode>();
+  /**
+   * Tracked episodes by capture key (mirrors the runner until `end`), each with its task
+   * digest; indexed by rollout, so a retire looks up only its own rollout.
+   */
+  readonly #live = new AttemptMap<string>();
+  /** Replacement capture key → restored record waiting for its `/run`, indexed by rollout. */
+  readonly #restored = new AttemptMap<RestoredEpisode>();
   /** Set by a restore; cleared by the resume after it. */
   #awaitingResume = false;
 
@@ -167,8 +169,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
       ...(input.signal === undefined ? {} : { signal: input.signal }),
     });
     this.#restored.delete(key);
-    this.#live.set(key, episode);
-    this.#digests.set(key, digest);
+    this.#live.set(episode, digest);
     this.notify();
     let ended = false;
     const steps = this.steps;
@@ -192,7 +193,6 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
         if (ended) return;
         ended = true;
         this.#live.delete(key);
-        this.#digests.delete(key);
         steps.end(key);
         this.notify();
       },
@@ -226,8 +226,8 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     const keyed: { key: string; record: EnvironmentRecord }[] = [];
     for (const [key, boundary] of this.steps.exported()) {
       if (inScope !== null && !inScope.has(key)) continue;
-      const digest = this.#digests.get(key);
-      const episode = this.#live.get(key);
+      const digest = this.#live.get(key);
+      const episode = this.#live.episode(key);
       if (digest === undefined || episode === undefined) continue;
       keyed.push({ key, record: record(key, episode, digest, boundary) });
     }
@@ -249,16 +249,11 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
       );
     }
     refuseDuplicateRecords(records, (r) => captureKey(parseEpisodeId(r.episode_id)), "episode");
-    const installed = new Map<string, RestoredEpisode>();
-    for (const r of records) {
+    const installed = records.map((r): RestoredEpisode => {
       const next = nextAttempt(parseEpisodeId(r.episode_id));
-      installed.set(captureKey(next), {
-        episode: next,
-        taskDigest: r.task_digest,
-        boundary: r.boundary,
-      });
-    }
-    for (const [key, restored] of installed) this.#restored.set(key, restored);
+      return { episode: next, taskDigest: r.task_digest, boundary: r.boundary };
+    });
+    for (const restored of installed) this.#restored.set(restored.episode, restored);
     this.#awaitingResume = true;
     this.notify();
   }
@@ -274,9 +269,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   }
 
   override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
-    const covered = [...this.#live]
-      .filter(([, e]) => e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt)
-      .map(([key]) => key);
+    const covered = this.#live.covered(episode);
     try {
       await Promise.all(covered.map((key) => this.steps.retire(key, signal)));
     } finally {
@@ -290,12 +283,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   }
 
   #dropRestored(episode: EpisodeId): void {
-    for (const [key, restored] of [...this.#restored]) {
-      const e = restored.episode;
-      if (e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt) {
-        this.#restored.delete(key);
-      }
-    }
+    this.#restored.deleteCovered(episode);
   }
 }
 

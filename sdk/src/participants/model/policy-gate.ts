@@ -10,6 +10,7 @@
 import { randomUUID } from "node:crypto";
 import { EpisodeError } from "../../errors.js";
 import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
+import { AttemptSet } from "../../control/attempt-keys.js";
 import type { RetiredAttempts } from "../../control/retired-attempts.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
@@ -147,13 +148,15 @@ export class PolicyGate {
   readonly #cutRound:
     ((tickets: readonly Ticket[], deadlineTs: number | null) => Promise<void>) | null;
   readonly #tickets = new Set<Ticket>();
+  /** Tagged tickets by rollout: a retire looks up only its own rollout's calls. */
+  readonly #ticketsByRollout = new Map<string, Set<Ticket>>();
   readonly #waiting = new Map<string, Set<Waiter>>();
   #accepting = true;
   #opened: Deferred<void> | null = null;
   #admissionChanged = deferred<void>();
   #served = false;
-  /** Next-attempt capture keys a restore installed and no call has reached yet. */
-  readonly restoredTargets = new Set<string>();
+  /** Next attempts a restore installed and no call has reached yet, by capture key. */
+  readonly restoredTargets = new AttemptSet();
 
   constructor(options: PolicyGateOptions) {
     this.#retired = options.retired;
@@ -215,6 +218,7 @@ export class PolicyGate {
     const ticket = new Ticket(key, episode, signal);
     this.#served = true;
     this.#tickets.add(ticket);
+    if (episode !== null) indexAdd(this.#ticketsByRollout, episode.rollout_id, ticket);
     this.#onChange();
     if (this.restoredTargets.has(key)) {
       // Marked before the call can write a row or be held; a target whose marker could not be
@@ -253,6 +257,9 @@ export class PolicyGate {
     if (ticket.done) return;
     ticket.done = true;
     this.#tickets.delete(ticket);
+    if (ticket.episode !== null) {
+      indexDelete(this.#ticketsByRollout, ticket.episode.rollout_id, ticket);
+    }
     ticket.ended.resolve();
     this.#onChange();
   }
@@ -311,11 +318,8 @@ export class PolicyGate {
     const waiters = [...(this.#waiting.get(episode.rollout_id) ?? [])].filter(
       (w) => w.episode.attempt <= episode.attempt,
     );
-    const covered = [...this.#tickets].filter(
-      (t) =>
-        t.episode !== null &&
-        t.episode.rollout_id === episode.rollout_id &&
-        t.episode.attempt <= episode.attempt,
+    const covered = [...(this.#ticketsByRollout.get(episode.rollout_id) ?? [])].filter(
+      (t) => t.episode !== null && t.episode.attempt <= episode.attempt,
     );
     for (const t of covered) t.cancel(new CallRetiredError(t.captureKey, episode.attempt));
     await untilSettledOrAborted(

@@ -280,7 +280,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         this.restoredCuts.install(captureKey(nextAttempt(fromCaptureKey(sourceKey))), cut);
       }
     }
-    for (const e of episodes.values()) this.gate.restoredTargets.add(captureKey(nextAttempt(e)));
+    for (const e of episodes.values()) this.gate.restoredTargets.add(nextAttempt(e));
     this.notify();
   }
 
@@ -299,12 +299,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
     await this.gate.retire(episode, signal);
     this.restoredCuts.dropCovered(episode);
-    for (const key of [...this.gate.restoredTargets]) {
-      const e = fromCaptureKey(key);
-      if (e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt) {
-        this.gate.restoredTargets.delete(key);
-      }
-    }
+    this.gate.restoredTargets.deleteCovered(episode);
     await this.#ledger?.retireLedgers([episode]);
   }
 

@@ -7,6 +7,7 @@
  * @module
  */
 import type { GenerationCutRecord } from "../../capture/continuation.js";
+import { AttemptSet } from "../../control/attempt-keys.js";
 import { fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
 
 /** A generation cut record (the wire model {@link GenerationCutRecord}). */
@@ -23,9 +24,12 @@ export interface CutClaim {
 /** The restored cuts of one model server process. */
 export class RestoredCuts {
   readonly #cuts = new Map<string, CutRecord>();
+  /** The keys of {@link #cuts} by rollout: a retire drops its own without scanning the rest. */
+  readonly #keys = new AttemptSet();
 
   /** Holds `record` for the replacement attempt `key` (replacing one held before). */
   install(key: string, record: CutRecord): void {
+    if (!this.#cuts.has(key)) this.#keys.add(fromCaptureKey(key));
     this.#cuts.set(key, record);
   }
 
@@ -47,16 +51,12 @@ export class RestoredCuts {
   /** Drops the cut of `key`. */
   drop(key: string): void {
     this.#cuts.delete(key);
+    this.#keys.delete(key);
   }
 
   /** Drops the cuts of `episode` and earlier attempts of its rollout. */
   dropCovered(episode: EpisodeId): void {
-    for (const key of [...this.#cuts.keys()]) {
-      const e = fromCaptureKey(key);
-      if (e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt) {
-        this.#cuts.delete(key);
-      }
-    }
+    for (const key of this.#keys.deleteCovered(episode)) this.#cuts.delete(key);
   }
 
   /**
@@ -77,8 +77,6 @@ export class RestoredCuts {
   settle(claim: CutClaim, responseStarted: boolean): void {
     if (!responseStarted) return;
     const held = this.#cuts.get(claim.key);
-    if (held === claim.record || held?.model_call_id === claim.modelCallId) {
-      this.#cuts.delete(claim.key);
-    }
+    if (held === claim.record || held?.model_call_id === claim.modelCallId) this.drop(claim.key);
   }
 }
