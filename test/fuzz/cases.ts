@@ -207,8 +207,12 @@ const PREFIX_TRICKS: readonly string[] = [
   "",
 ];
 
-/** Checkpoint directories a control body may name. */
-function oddDirs(runDir: string): string[] {
+/**
+ * Checkpoint directories a control body may name: pseudo-filesystems, devices, a file, a FIFO,
+ * names too long, empty or not a path. Relative ones resolve against the servers' working
+ * directory, the run directory. `/` is only read (restore), never written into.
+ */
+export function oddDirs(runDir: string, forWriting: boolean): string[] {
   return [
     "/proc/self/gym-ckpt",
     "/sys/kernel/gym",
@@ -222,8 +226,9 @@ function oddDirs(runDir: string): string[] {
     `${runDir}/fuzz-ckpt/plain-file`,
     `${runDir}/fuzz-ckpt/fifo`,
     `${runDir}/fuzz-ckpt/ok`,
-    "/",
     "\u0000",
+    `${runDir}/fuzz-ckpt/a\u0000b`,
+    ...(forWriting ? [] : ["/"]),
   ];
 }
 
@@ -333,7 +338,7 @@ export function makeCase(routes: readonly Route[], random: Random, context: Case
     body.deadline_ts = Date.now() / 1000 + random.int(-5, 5);
     if (typeof body.checkpoint_id === "string") body.checkpoint_id = `fz-${random.int(0, 20)}`;
     if ("checkpoint_dir" in body || random.chance(0.2)) {
-      body.checkpoint_dir = random.one(oddDirs(context.runDir));
+      body.checkpoint_dir = random.one(oddDirs(context.runDir, !route.path.endsWith("/restore")));
       kind += "odd-dir+";
     }
   }

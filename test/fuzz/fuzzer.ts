@@ -3,24 +3,33 @@
  * second model call held at the fake backend); then:
  *
  * 1. `budget` hostile requests on every route of every participant (cases.ts), a few at once;
- * 2. half-sent bodies held open while a checkpoint is prepared, and declared `Content-Length`s
- *    far above the body limit;
+ * 2. half-sent bodies held open while a checkpoint is prepared, declared `Content-Length`s far
+ *    above the body limit, and commits into odd directories;
  * 3. a real checkpoint is committed, and copies of it corrupted every way corruptions.ts knows
  *    are restored into the running servers and, after a crash, into fresh ones; then the good
  *    checkpoint restores and every rollout finishes with its reward;
  * 4. every server answers `/health` and its control `status` is idle, with nothing in flight.
  *
  * ## Findings
- * A status of 500 or above (no exception: every 502 the reference deployment may answer comes
- * from another participant refusing what this one sent it, which the first one should have
- * refused itself), a request not answered within {@link REQUEST_TIMEOUT_MS}, a reply lost to a
+ * A status of 500 or above, 502/503/504 included: every upstream of this deployment is up and
+ * answers (the fake backend fails nothing unless told to), so a 502 means a participant
+ * forwarded something another one refused, a client mistake it should have refused itself with
+ * a 4xx; a 503 or 504 would be a participant failing on its own. Also a request not answered within {@link REQUEST_TIMEOUT_MS}, a reply lost to a
  * connection reset while the body was sent (except after a 413), half-sent bodies that hold up a
  * prepare, a declared oversize body not refused at once, a corrupted restore that is accepted or
  * changes the participant's status, a good restore refused afterwards, and a server that is not
  * healthy and idle at the end.
  */
 import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -30,19 +39,30 @@ import {
   restore,
   resume,
   status,
+  type Member,
   type Participants,
 } from "../../sdk/src/client/coordination.js";
 import type { EpisodeId } from "../../sdk/src/identity/episode-id.js";
 import type { StatusReply } from "../../sdk/src/wire/control.js";
-import { CrashRun, Rollout, counterTask, episodeId, scriptOf } from "../e2e/crash-harness.js";
+import {
+  CrashRun,
+  Rollout,
+  counterTask,
+  episodeId,
+  scriptOf,
+  type RunOutcome,
+} from "../e2e/crash-harness.js";
 import { Random } from "../support/seeded-random.js";
-import { loadRoutes, makeCase, type FuzzCase, type Route } from "./cases.js";
+import { stateServers } from "../e2e/helpers.js";
+import { loadRoutes, makeCase, oddDirs, type FuzzCase, type Route } from "./cases.js";
 import { CORRUPTIONS, type Corruption } from "./corruptions.js";
 import {
   REQUEST_TIMEOUT_MS,
   curlOf,
   declaredLength,
   halfSent,
+  malformedRequests,
+  rawExchange,
   send,
   type Outcome,
 } from "./http.js";
@@ -57,12 +77,14 @@ export interface FuzzOptions {
   /** Start the built servers (needs `npm run build`) instead of the sources. @default false */
   readonly compiled?: boolean;
   /**
-   * Replay one thing only: a case number of phase 1 (`"123"`), `"half-sent"`, or
-   * `"corrupt:<name>"` (one corruption of corruptions.ts). @default everything
+   * Replay one thing only: a case number of phase 1 (`"123"`), `"cases"` (phase 1 alone),
+   * `"half-sent"`, `"odd-dirs"`, or `"corrupt:<name>"` (one corruption of corruptions.ts). @default everything
    */
   readonly only?: string;
   /** Progress lines. */
   readonly log?: (line: string) => void;
+  /** Stops sending and skips to the cleanup (the deployment is always stopped). */
+  readonly signal?: AbortSignal;
 }
 
 /** Something the deployment should not have done. */
@@ -87,6 +109,9 @@ export interface FuzzReport {
   /** Phase 1 alone: its duration, for the throughput figure. */
   readonly casesMs: number;
 }
+
+/** A request slower than this is logged (not a finding: a loaded machine is slow too). */
+const SLOW_MS = 5_000;
 
 /** The rollouts kept in flight across the run (counter environment, two model turns each). */
 const IN_FLIGHT = 3;
@@ -115,10 +140,13 @@ class Fuzz {
   #corruptedRestores = 0;
   #casesMs = 0;
   #participants: Participants | null = null;
+  /** The first attempts of the rollouts in flight. */
+  #pending: Promise<RunOutcome>[] = [];
 
   constructor(options: FuzzOptions) {
     this.#options = options;
-    this.#log = options.log ?? (() => undefined);
+    const log = options.log ?? (() => undefined);
+    this.#log = (line) => log(`[${((Date.now() - this.#started) / 1000).toFixed(0)} s] ${line}`);
     this.#run = new CrashRun(this.#dir, "deployment.yaml", { compiled: options.compiled === true });
     this.#replay = `npm run test:fuzz -- --seed ${options.seed}`;
   }
@@ -154,8 +182,16 @@ class Fuzz {
     const only = this.#options.only;
     try {
       const rollouts = await this.#start();
-      if (only === undefined || /^\d+$/.test(only)) await this.#cases(only);
+      if (only === undefined || only === "cases" || /^\d+$/.test(only)) {
+        await this.#cases(only === "cases" ? undefined : only);
+      }
+      this.#options.signal?.throwIfAborted();
+      // The rollouts' next model calls are held again, so they stay in flight for what follows.
+      await this.#run.hold({ after_calls_per_rollout: 1 });
       if (only === undefined || only === "half-sent") await this.#halfSent();
+      this.#options.signal?.throwIfAborted();
+      if (only === undefined || only === "odd-dirs") await this.#oddDirs();
+      this.#options.signal?.throwIfAborted();
       if (only === undefined || only.startsWith("corrupt:")) {
         const corruptions = CORRUPTIONS.filter(
           (c) => only === undefined || only === `corrupt:${c.name}`,
@@ -163,9 +199,12 @@ class Fuzz {
         if (corruptions.length === 0) throw new Error(`no corruption named ${only}`);
         await this.#corrupted(rollouts, corruptions);
       } else {
+        // Nothing crashed them: the rollouts held since the start finish.
         await this.#run.release();
+        await Promise.all(this.#pending);
       }
       await this.#idle();
+      this.#log("done");
     } catch (error) {
       this.#findings.push({
         group: "the fuzz run itself failed",
@@ -182,6 +221,7 @@ class Fuzz {
   async #start(): Promise<Rollout[]> {
     await this.#run.serve();
     this.#participants = await this.#run.participants();
+    this.#log(`deployment up: ${this.#participants.members.map((m) => m.name).join(", ")}`);
     const odd = path.join(this.#dir, "fuzz-ckpt");
     mkdirSync(odd, { recursive: true });
     writeFileSync(path.join(odd, "plain-file"), "not a directory");
@@ -193,7 +233,7 @@ class Fuzz {
     );
     await this.#run.script(scriptOf(rollouts));
     await this.#run.hold({ after_calls_per_rollout: 1 });
-    for (const rollout of rollouts) void this.#run.start(rollout).outcome;
+    this.#pending = rollouts.map((rollout) => this.#run.start(rollout).outcome);
     await this.#run.heldCalls(rollouts.map((r) => r.key()));
     // The held calls keep their release event; a rule no call reaches lets the fuzz's own model
     // calls through, so a held call is never mistaken for a hang.
@@ -207,35 +247,54 @@ class Fuzz {
     const routes = loadRoutes();
     const random = new Random(this.#options.seed);
     const context = { token: this.#run.token, runDir: this.#dir };
-    const total = only === undefined ? this.#options.budget : Number(only) + 1;
-    // Generated in order whatever is sent, so case N is the same in every replay of the seed.
-    const cases: FuzzCase[] = Array.from({ length: total }, () =>
-      makeCase(routes, random, context),
-    );
-    const picked = only === undefined ? cases.map((_, i) => i) : [Number(only)];
-    let next = 0;
+    // Cases are made one at a time, in order, whatever is sent (a case may carry megabytes):
+    // case N is the same in every replay of the seed.
+    let made = 0;
+    const nextCase = (): { id: number; fuzzCase: FuzzCase } | null => {
+      if (this.#options.signal?.aborted === true) return null;
+      if (only === undefined) {
+        if (made >= this.#options.budget) return null;
+        return { id: made++, fuzzCase: makeCase(routes, random, context) };
+      }
+      if (made > Number(only)) return null;
+      while (made < Number(only)) {
+        makeCase(routes, random, context);
+        made++;
+      }
+      return { id: made++, fuzzCase: makeCase(routes, random, context) };
+    };
+    const total = only === undefined ? this.#options.budget : 1;
     let done = 0;
     const worker = async () => {
-      for (let at = next++; at < picked.length; at = next++) {
-        const id = picked[at] as number;
-        const fuzzCase = cases[id] as FuzzCase;
+      for (let next = nextCase(); next !== null; next = nextCase()) {
+        const { id, fuzzCase } = next;
+        const sent = Date.now();
         const outcome = await send(this.#run.url(fuzzCase.server), fuzzCase);
+        const tookMs = Date.now() - sent;
+        if (tookMs > SLOW_MS) {
+          this.#log(
+            `slow: case #${id} ${fuzzCase.server} ${fuzzCase.method} ${routeOf(fuzzCase.path)} [${fuzzCase.kind}] took ${(tookMs / 1000).toFixed(1)} s`,
+          );
+        }
         this.#count(outcome.status);
         this.#judge(id, fuzzCase, outcome);
+        // A controller resumes what it opened: without this, data requests would wait (as the
+        // contract lets them) for the lease of a fuzzed prepare to expire.
+        if (/\/ng-control\//i.test(fuzzCase.path)) await this.#heal(fuzzCase.server);
         if (only !== undefined)
           this.#log(
             `case #${id} ${fuzzCase.kind}: HTTP ${outcome.status} ${outcome.text.slice(0, 500)}\n  ${curlOf(this.#run.url(fuzzCase.server), fuzzCase)}`,
           );
-        if (++done % 250 === 0) {
-          await this.#heal();
-          if (done % 1000 === 0)
-            this.#log(`${done}/${picked.length} requests, ${this.#findings.length} finding(s)`);
+        const count = ++done;
+        if (count % 1000 === 0) {
+          this.#log(`${count}/${total} requests, ${this.#findings.length} finding(s)`);
         }
+        if (count % 250 === 0) await this.#heal();
       }
     };
     await Promise.all(Array.from({ length: this.#options.concurrency ?? 4 }, worker));
     await this.#heal();
-    this.#casesMs = Date.now() - started;
+    if (only === undefined) this.#casesMs = Date.now() - started;
   }
 
   #judge(id: number, fuzzCase: FuzzCase, outcome: Outcome): void {
@@ -249,15 +308,19 @@ class Fuzz {
     if (what === null) return;
     const detail = `${outcome.lostReply === undefined ? "" : `fetch: ${outcome.lostReply}; `}${outcome.text.slice(0, 300)}`;
     this.#finding(
-      `${route} [${fuzzCase.mutation}] → ${what}`,
+      `${route} [${fuzzCase.mutation.replace(/\+(gzip|deflate|br|stacked)$/, "")}] → ${what}`,
       `${detail}\n    ${curlOf(this.#run.url(fuzzCase.server), fuzzCase)}`,
       String(id),
     );
   }
 
   /** Resumes any participant a fuzzed control call left in a checkpoint. */
-  async #heal(): Promise<void> {
-    const replies = await status(this.#members);
+  async #heal(only?: string): Promise<void> {
+    const members =
+      only === undefined
+        ? this.#members
+        : { ...this.#members, members: this.#members.members.filter((m) => m.name === only) };
+    const replies = await status(members);
     for (const [name, reply] of Object.entries(replies)) {
       if (reply.phase === "idle" || reply.checkpoint_id === null) continue;
       const one = {
@@ -284,12 +347,36 @@ class Fuzz {
           [route.replace("{capture_key}", "half-x"), 70 * 1024 * 1024],
           ["/ng-control/v1/checkpoint/prepare", 1e12],
         ] as const) {
-          const line = await declaredLength(base, where, declared);
+          const auth = { authorization: `Bearer ${this.#run.token}` };
+          const line = await declaredLength(
+            base,
+            where,
+            declared,
+            where.startsWith("/ng-control/") ? auth : {},
+          );
           this.#count(Number(/ (\d{3}) /.exec(line)?.[1] ?? 0));
           if (!line.startsWith("HTTP/1.1 413")) {
             this.#finding(
               `${member.name} POST ${where} declaring Content-Length ${declared} → ${line || "no answer in 5 s"}`,
               "a body declared above the limit is refused with 413 at once",
+              "half-sent",
+            );
+          }
+        }
+      }
+      for (const member of this.#members.members) {
+        const base = this.#run.url(member.name);
+        const route = dataRouteOf(routes, member.name).replace("{capture_key}", "raw-1");
+        for (const [name, request] of Object.entries(
+          malformedRequests(new URL(base).host, route),
+        )) {
+          const line = await rawExchange(base, Buffer.from(request, "latin1"));
+          const status = Number(/ (\d{3}) /.exec(line)?.[1] ?? 0);
+          this.#count(status);
+          if (status === 0 || status >= 500) {
+            this.#finding(
+              `${member.name} POST ${route} [${name}] → ${line || "no answer in 5 s"}`,
+              "a malformed request is refused with a 4xx",
               "half-sent",
             );
           }
@@ -306,6 +393,54 @@ class Fuzz {
       await resume(this.#members, "fuzz-half-sent", deadline(20));
     } finally {
       for (const socket of sockets) socket.destroy();
+    }
+  }
+
+  /**
+   * Phase 2b: commits into odd directories (a fuzzed commit rarely finds its participant
+   * prepared): each a typed refusal or a real write, never a 5xx or a hang, and nothing left
+   * running afterwards (a recursive `mkdir` under /proc once spun until the process exited).
+   */
+  async #oddDirs(): Promise<void> {
+    this.#log("commits into odd directories");
+    const dirs = oddDirs(this.#dir, true);
+    for (const [i, dir] of dirs.entries()) {
+      const id = `fuzz-dir-${i}`;
+      const prepared = await prepare(this.#members, id, deadline(20));
+      if (!prepared.prepared) {
+        this.#finding(
+          `prepare before a commit into ${JSON.stringify(dir.slice(0, 40))}`,
+          JSON.stringify(prepared.blockers()).slice(0, 300),
+          "odd-dirs",
+        );
+      }
+      await Promise.all(
+        this.#members.members.map(async (member) => {
+          const res = await control(this.#run.url(member.name), this.#run.token, "commit", {
+            checkpoint_id: id,
+            deadline_ts: deadline(15),
+            checkpoint_dir: dir,
+            episode_ids: [],
+          });
+          this.#count(res.status);
+          if (res.status === 0 || res.status >= 500) {
+            this.#finding(
+              `${member.name} commit into ${JSON.stringify(dir.length > 40 ? `${dir.slice(0, 20)}…(${dir.length})` : dir)} → ${res.status === 0 ? "no answer" : `HTTP ${res.status}`}`,
+              res.text.slice(0, 300),
+              "odd-dirs",
+            );
+          }
+        }),
+      );
+      await resume(this.#members, id, deadline(20));
+    }
+    const busy = await busyServers(this.#run.stateFile);
+    for (const [name, share] of busy) {
+      this.#finding(
+        `${name} still busy after the commits into odd directories`,
+        `${(share * 100).toFixed(0)}% of a core while idle`,
+        "odd-dirs",
+      );
     }
   }
 
@@ -326,6 +461,7 @@ class Fuzz {
       deadlineTs: deadline(60),
     });
     await resume(this.#members, "fuzz-good", deadline(30));
+    this.#log(`committed ${scope.length} episodes in flight: ${recordCounts(good)}`);
     // Into the running servers (they hold the live rollouts), then into fresh ones.
     await this.#restoreCorrupted(good, scope, corruptions.slice(0, 4), "running");
     await this.#run.crash();
@@ -345,7 +481,7 @@ class Fuzz {
       await this.#run.release();
       const outcomes = await Promise.all(rollouts.map((r) => this.#run.start(r, 1).outcome));
       outcomes.forEach((outcome, i) => {
-        const reward = outcome.body.result?.reward;
+        const reward = outcome.body?.result?.reward;
         if (outcome.status !== 200 || reward !== 1) {
           this.#finding(
             `rollout fuzz-r${i} after the corrupted restores → HTTP ${outcome.status}, reward ${String(reward)}`,
@@ -374,9 +510,11 @@ class Fuzz {
       readdirSync(path.join(good, "gym", kind)).map((instance) => ({ kind, instance })),
     );
     let n = 0;
-    for (const member of this.#members.members) {
+    // Participants are independent: each takes its corrupted restores, one after another, while
+    // the others take theirs.
+    const one = async (member: Member) => {
       const own = dirs.find((d) => d.instance === member.name);
-      if (own === undefined) continue;
+      if (own === undefined) return;
       const other = dirs.find((d) => d.instance !== member.name) ?? null;
       for (const corruption of corruptions) {
         const copy = path.join(this.#dir, "checkpoints", `corrupt-${into}-${++n}`);
@@ -385,14 +523,18 @@ class Fuzz {
         if (!applied) continue;
         this.#corruptedRestores++;
         const before = await statusOf(this.#members, member.name);
-        const res = await restoreOne(
-          this.#run.url(member.name),
-          this.#run.token,
-          copy,
-          scope,
-          `fuzz-corrupt-${into}-${n}`,
-        );
+        const res = await control(this.#run.url(member.name), this.#run.token, "restore", {
+          checkpoint_id: `fuzz-corrupt-${into}-${n}`,
+          deadline_ts: deadline(15),
+          checkpoint_dir: copy,
+          episode_ids: scope,
+        });
         this.#count(res.status);
+        if (this.#options.only !== undefined) {
+          this.#log(
+            `${member.name} (${into}), ${corruption.name}: HTTP ${res.status} ${res.text.slice(0, 300)}`,
+          );
+        }
         const after = await statusOf(this.#members, member.name);
         const group = `${member.name} restore (${into}) of a checkpoint with ${corruption.name}`;
         if (res.status < 400 || res.status >= 500) {
@@ -414,7 +556,8 @@ class Fuzz {
         }
         rmSync(copy, { recursive: true, force: true });
       }
-    }
+    };
+    await Promise.all(this.#members.members.map(one));
   }
 
   /** Phase 4: every server healthy, idle and with nothing in flight. */
@@ -477,42 +620,107 @@ async function statusOf(participants: Participants, name: string): Promise<Statu
 }
 
 /**
- * What a refused restore changed in a participant's status (null: nothing). The retired marks
- * may grow: a restore marks its scope retired before it reads anything.
+ * What a refused restore changed in a participant's status (null: nothing): its phase or ID,
+ * a count that grew, or a participant-specific field. Retiring is allowed: a restore marks its
+ * scope retired before it reads anything, which stops the scope's live work in a running server
+ * (retired counts grow, blockers appear while it stops).
  */
 function installed(before: StatusReply | null, after: StatusReply | null): string | null {
-  const strip = (reply: StatusReply | null) => {
-    if (reply === null) return null;
-    const { retired_rollouts: _retired, lease_expires_at: _lease, ...rest } = reply;
-    return rest;
-  };
-  const a = JSON.stringify(strip(before));
-  const b = JSON.stringify(strip(after));
-  return a === b ? null : `before: ${a.slice(0, 200)}; after: ${b.slice(0, 200)}`;
+  if (before === null || after === null) return "no status";
+  if (after.phase !== before.phase || after.checkpoint_id !== before.checkpoint_id) {
+    return `phase ${before.phase} → ${after.phase}, checkpoint ${after.checkpoint_id}`;
+  }
+  for (const [key, count] of Object.entries(after.report.counts)) {
+    if (count > (before.report.counts[key] ?? 0)) {
+      return `count ${key}: ${before.report.counts[key]} → ${count}`;
+    }
+  }
+  const core = new Set([
+    "kind",
+    "instance",
+    "phase",
+    "checkpoint_id",
+    "lease_expires_at",
+    "report",
+  ]);
+  for (const key of Object.keys(after)) {
+    if (core.has(key) || key.includes("retired")) continue;
+    const a = JSON.stringify((before as Record<string, unknown>)[key]);
+    const b = JSON.stringify((after as Record<string, unknown>)[key]);
+    if (a !== b) return `${key}: ${a?.slice(0, 150)} → ${b?.slice(0, 150)}`;
+  }
+  return null;
 }
 
-/** Sends one restore by hand, so a 5xx or a hang is seen as it is. */
-async function restoreOne(
+/** How many records each participant wrote into a checkpoint, as its manifest says. */
+function recordCounts(checkpointDir: string): string {
+  const root = path.join(checkpointDir, "gym");
+  return readdirSync(root)
+    .flatMap((kind) =>
+      readdirSync(path.join(root, kind)).map((instance) => {
+        const manifest = JSON.parse(
+          readFileSync(path.join(root, kind, instance, "manifest.json"), "utf8"),
+        ) as { record_count: number };
+        return `${instance} ${manifest.record_count}`;
+      }),
+    )
+    .join(", ");
+}
+
+/** Sends one control request by hand, so a 5xx or a hang is seen as it is. */
+async function control(
   base: string,
   token: string,
-  checkpointDir: string,
-  scope: readonly EpisodeId[],
-  checkpointId: string,
+  route: string,
+  body: unknown,
 ): Promise<{ status: number; text: string }> {
   try {
-    const res = await fetch(`${base}/ng-control/v1/checkpoint/restore`, {
+    const res = await fetch(`${base}/ng-control/v1/checkpoint/${route}`, {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({
-        checkpoint_id: checkpointId,
-        deadline_ts: deadline(15),
-        checkpoint_dir: checkpointDir,
-        episode_ids: scope,
-      }),
+      body: JSON.stringify(body),
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
     return { status: res.status, text: await res.text() };
   } catch (error) {
     return { status: 0, text: String(error) };
+  }
+}
+
+/** A server using more than this share of a core while nothing is asked of it is busy. */
+const BUSY_SHARE = 0.3;
+
+/**
+ * The servers (by name) that use more than {@link BUSY_SHARE} of a core over two seconds in
+ * which nothing is asked of them, with their share: work left running after its reply.
+ */
+async function busyServers(stateFile: string): Promise<Map<string, number>> {
+  const servers = stateServers(stateFile).filter((s) => s.kind !== "backend");
+  const ticks = () => servers.map((s) => cpuTicks(s.pid));
+  const windowMs = 2_000;
+  const before = ticks();
+  // A measurement window, not a wait for an event: idle servers must stay idle through it.
+  await new Promise((resolve) => setTimeout(resolve, windowMs));
+  const after = ticks();
+  const busy = new Map<string, number>();
+  servers.forEach((server, i) => {
+    const share = ((after[i] ?? 0) - (before[i] ?? 0)) / TICKS_PER_SECOND / (windowMs / 1000);
+    if (share > BUSY_SHARE) busy.set(server.name, share);
+  });
+  return busy;
+}
+
+/** Linux's clock ticks per second for /proc/<pid>/stat (USER_HZ, 100 on every common build). */
+const TICKS_PER_SECOND = 100;
+
+/** User plus system CPU time of a process, in clock ticks (0 when it is gone). */
+function cpuTicks(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The fields after the command name (which may hold spaces) start after its ")".
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(fields[11]) + Number(fields[12]);
+  } catch {
+    return 0;
   }
 }

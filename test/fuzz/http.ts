@@ -113,19 +113,14 @@ export function halfSent(base: string, route: string): Promise<Socket> {
 }
 
 /**
- * Sends a 2-byte body declared as `declared` bytes on `route` and answers the reply's status
- * line ("" when none came within 5 s): a 413 is expected at once, without the body.
+ * Writes `request` (raw HTTP/1.1 bytes) and answers the reply's status line, or "" when none
+ * came within 5 s (the socket is closed either way).
  */
-export function declaredLength(base: string, route: string, declared: number): Promise<string> {
+export function rawExchange(base: string, request: Buffer | string): Promise<string> {
   const url = new URL(base);
   return new Promise((resolve) => {
     let answer = "";
-    const socket = connect(Number(url.port), url.hostname, () => {
-      socket.write(
-        `POST ${route} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
-          `Content-Length: ${declared}\r\n\r\n{}`,
-      );
-    });
+    const socket = connect(Number(url.port), url.hostname, () => socket.write(request));
     const done = () => {
       clearTimeout(timer);
       socket.destroy();
@@ -139,6 +134,40 @@ export function declaredLength(base: string, route: string, declared: number): P
     socket.on("error", done);
     socket.on("close", done);
   });
+}
+
+/** A 2-byte body declared as `declared` bytes on `route`: 413 is expected at once. */
+export function declaredLength(
+  base: string,
+  route: string,
+  declared: number,
+  headers: Record<string, string> = {},
+): Promise<string> {
+  const host = new URL(base).host;
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  return rawExchange(
+    base,
+    `POST ${route} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\n${extra}` +
+      `Content-Length: ${declared}\r\n\r\n{}`,
+  );
+}
+
+/**
+ * Requests that only a raw socket sends, each refused by the HTTP layer or the body reader: a
+ * broken chunk size, both a length and a chunked coding, a header block past Node's limit, a
+ * chunked body that is not gzip, an absurd HTTP version.
+ */
+export function malformedRequests(host: string, route: string): Record<string, string> {
+  const head = `POST ${route} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\n`;
+  return {
+    "bad-chunk-size": `${head}Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`,
+    "length-and-chunked": `${head}Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n`,
+    "huge-header": `${head}X-Fill: ${"a".repeat(20_000)}\r\nContent-Length: 2\r\n\r\n{}`,
+    "chunked-garbage-gzip": `${head}Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n\x1f\x8bxx\r\n0\r\n\r\n`,
+    "http-version-9": `POST ${route} HTTP/9.9\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\n{}`,
+  };
 }
 
 /** A `curl` command that sends `fuzzCase` again (the body inline when it is small). */

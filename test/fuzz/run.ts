@@ -1,44 +1,74 @@
 /**
- * The fuzz suite on demand: `npm run test:fuzz -- --budget 20000 --seed 7` builds, starts the
- * reference deployment (built servers), sends `budget` hostile requests plus the half-sent,
- * Content-Length and corrupted-checkpoint phases, and prints the seed, the figures and one line
- * per finding group with its repro. Exits 1 when anything was found.
+ * The fuzz suite on demand: `npm run test:fuzz -- --budget 20000 --seed 7` starts the reference
+ * deployment from its sources, sends `budget` hostile requests plus the half-sent, declared
+ * length and corrupted-checkpoint phases, and prints the seed, progress, the figures and one
+ * line per finding group with its repro. Exits 1 when anything was found.
+ *
+ * Options: `--seed S` (default: from the clock, printed), `--budget N` (default 2000),
+ * `--concurrency C` (default 4), `--only <case number | cases | half-sent | odd-dirs | corrupt:<name>>` (replay one
+ * thing of the seed, printing the request and the reply), `--compiled` (the built servers: run
+ * `npm run build` first).
  */
-import { runFuzz } from "./fuzzer.js";
+import { runFuzz, type Finding } from "./fuzzer.js";
 
-function arg(name: string, fallback: number): number {
+function option(name: string): string | undefined {
   const at = process.argv.indexOf(`--${name}`);
-  if (at < 0) return fallback;
-  const value = Number(process.argv[at + 1]);
+  return at < 0 ? undefined : process.argv[at + 1];
+}
+
+function numberOption(name: string, fallback: number): number {
+  const text = option(name);
+  if (text === undefined) return fallback;
+  const value = Number(text);
   if (!Number.isSafeInteger(value) || value < 0) {
-    console.error(`--${name} takes a non-negative integer`);
+    console.error(`--${name} takes a non-negative integer, not ${JSON.stringify(text)}`);
     process.exit(2);
   }
   return value;
 }
 
-const seed = arg("seed", Date.now() % 1_000_000);
-const budget = arg("budget", 2000);
-console.log(`fuzz: seed ${seed}, budget ${budget} requests`);
+const seed = numberOption("seed", Date.now() % 1_000_000);
+const budget = numberOption("budget", 2000);
+const only = option("only");
+console.log(`fuzz: seed ${seed}, budget ${budget} requests${only ? `, only ${only}` : ""}`);
+// Ctrl-C stops sending and still stops the deployment (its servers run detached).
+const interrupt = new AbortController();
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    console.log(`\n${signal}: stopping the deployment`);
+    interrupt.abort();
+  });
+}
 const report = await runFuzz({
+  signal: interrupt.signal,
   seed,
   budget,
-  concurrency: arg("concurrency", 8),
-  compiled: !process.argv.includes("--source"),
+  concurrency: numberOption("concurrency", 4),
+  compiled: process.argv.includes("--compiled"),
+  ...(only === undefined ? {} : { only }),
   log: (line) => console.log(`  ${line}`),
 });
-const groups = new Map<string, { count: number; detail: string; repro: string }>();
+
+if (interrupt.signal.aborted) process.exit(130);
+const groups = new Map<string, { count: number; first: Finding }>();
 for (const finding of report.findings) {
   const group = groups.get(finding.group);
-  if (group === undefined) groups.set(finding.group, { count: 1, ...finding });
+  if (group === undefined) groups.set(finding.group, { count: 1, first: finding });
   else group.count++;
 }
+const seconds = report.durationMs / 1000;
+const casesSeconds = report.casesMs / 1000;
+const rate =
+  casesSeconds > 0
+    ? ` (the hostile cases: ${casesSeconds.toFixed(0)} s, ${(budget / casesSeconds).toFixed(0)} requests/s)`
+    : "";
 console.log(
-  `\nseed ${report.seed}: ${report.requests} requests and ${report.corruptedRestores} corrupted restores in ` +
-    `${(report.durationMs / 1000).toFixed(0)} s; statuses ${JSON.stringify(report.statuses)}`,
+  `\nseed ${report.seed}: ${report.requests} requests and ${report.corruptedRestores} corrupted ` +
+    `restores in ${seconds.toFixed(0)} s${rate}`,
 );
+console.log(`statuses: ${JSON.stringify(report.statuses)}`);
 console.log(`${report.findings.length} finding(s) in ${groups.size} group(s)`);
-for (const [name, group] of groups) {
-  console.log(`- ${name} (×${group.count}): ${group.detail}\n  repro: ${group.repro}`);
+for (const [name, { count, first }] of groups) {
+  console.log(`- ${name} (×${count})\n    ${first.detail}\n    repro: ${first.repro}`);
 }
 process.exit(report.findings.length > 0 ? 1 : 0);

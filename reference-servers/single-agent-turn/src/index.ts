@@ -114,7 +114,9 @@ export default class SingleAgentTurnServer extends EnvironmentServer {
         method: "post",
         path: "/aggregate_metrics",
         summary: "Aggregate verify results (forwarded to the resources server)",
-        request: z.looseObject({ verify_responses: z.array(z.unknown()) }),
+        // The resources server's own shape (verify responses are objects), checked here so a
+        // bad body is the caller's 422, not a 502 relayed from the resources server.
+        request: z.looseObject({ verify_responses: z.array(z.record(z.string(), z.unknown())) }),
         errors: ["upstream_unreachable", "upstream_error"],
         handler: ({ body, signal }) =>
           this.client.post(this.settings.resources_server, "/aggregate_metrics", body, { signal }),
