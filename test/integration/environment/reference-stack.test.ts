@@ -148,7 +148,9 @@ describe("the reference deployment", () => {
 
   it("refuses verify responses that are not objects on /aggregate_metrics (422, not 502)", async () => {
     const { url } = await deploy();
-    const res = await request(url).post("/aggregate_metrics").send({ verify_responses: [1, "x"] });
+    const res = await request(url)
+      .post("/aggregate_metrics")
+      .send({ verify_responses: [1, "x"] });
     expect(res.status, JSON.stringify(res.body)).toBe(422);
     expect(res.body.error.code).toBe("invalid_request");
   });
