@@ -32,6 +32,7 @@ import {
 } from "node:fs";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
+import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import path from "node:path";
 import {
   commit,
@@ -78,7 +79,8 @@ export interface FuzzOptions {
   readonly compiled?: boolean;
   /**
    * Replay one thing only: a case number of phase 1 (`"123"`), `"cases"` (phase 1 alone),
-   * `"half-sent"`, `"odd-dirs"`, or `"corrupt:<name>"` (one corruption of corruptions.ts). @default everything
+   * `"half-sent"`, `"odd-dirs"`, `"corrupt"` (phase 3 alone) or `"corrupt:<name>"` (one
+   * corruption of corruptions.ts). @default everything
    */
   readonly only?: string;
   /** Progress lines. */
@@ -163,8 +165,14 @@ class Fuzz {
     };
   }
 
-  #finding(group: string, detail: string, only: string): void {
-    this.#findings.push({ group, detail, repro: `${this.#replay} --only ${only}` });
+  /** Records a finding; `only` narrows its repro to one part of the run (default: this run). */
+  #finding(group: string, detail: string, only?: string): void {
+    const { budget, only: ran } = this.#options;
+    const repro =
+      only !== undefined
+        ? `${this.#replay} --only ${only}`
+        : `${this.#replay} --budget ${budget}${ran === undefined ? "" : ` --only ${ran}`}`;
+    this.#findings.push({ group, detail, repro });
     this.#log(`finding: ${group}`);
   }
 
@@ -188,13 +196,16 @@ class Fuzz {
       this.#options.signal?.throwIfAborted();
       // The rollouts' next model calls are held again, so they stay in flight for what follows.
       await this.#run.hold({ after_calls_per_rollout: 1 });
+      if (only === undefined || only === "cases" || /^\d+$/.test(only)) {
+        await this.#preparable("after the hostile requests", only ?? "cases");
+      }
       if (only === undefined || only === "half-sent") await this.#halfSent();
       this.#options.signal?.throwIfAborted();
       if (only === undefined || only === "odd-dirs") await this.#oddDirs();
       this.#options.signal?.throwIfAborted();
-      if (only === undefined || only.startsWith("corrupt:")) {
+      if (only === undefined || only === "corrupt" || only.startsWith("corrupt:")) {
         const corruptions = CORRUPTIONS.filter(
-          (c) => only === undefined || only === `corrupt:${c.name}`,
+          (c) => only === undefined || only === "corrupt" || only === `corrupt:${c.name}`,
         );
         if (corruptions.length === 0) throw new Error(`no corruption named ${only}`);
         await this.#corrupted(rollouts, corruptions);
@@ -265,26 +276,47 @@ class Fuzz {
     };
     const total = only === undefined ? this.#options.budget : 1;
     let done = 0;
+    // Control cases run one at a time, each with its cleanup, as one controller would send
+    // them; data cases run beside them and beside each other.
+    let controlTurn = Promise.resolve();
+    const oneCase = async (id: number, fuzzCase: FuzzCase) => {
+      const sent = Date.now();
+      const outcome = await send(this.#run.url(fuzzCase.server), fuzzCase);
+      const tookMs = Date.now() - sent;
+      if (tookMs > SLOW_MS) {
+        this.#log(
+          `slow: case #${id} ${fuzzCase.server} ${fuzzCase.method} ${routeOf(fuzzCase.path)} [${fuzzCase.kind}] took ${(tookMs / 1000).toFixed(1)} s`,
+        );
+      }
+      this.#count(outcome.status);
+      this.#judge(id, fuzzCase, outcome);
+      if (isControl(fuzzCase)) {
+        // After a refused restore a controller retires the restore's scope, as `restore()` of
+        // the coordination client does: the restore marked the scope retired, and a live
+        // session of it would block prepare until retired.
+        if (outcome.status >= 400 && /\/restore$/.test(fuzzCase.path)) {
+          await this.#retireScope(fuzzCase);
+        }
+        // And it resumes what it opened: data requests wait (as the contract lets them) while
+        // a checkpoint is open.
+        await this.#heal(fuzzCase.server);
+      }
+      if (only !== undefined) {
+        this.#log(
+          `case #${id} ${fuzzCase.kind}: HTTP ${outcome.status} ${outcome.text.slice(0, 500)}\n  ${curlOf(this.#run.url(fuzzCase.server), fuzzCase)}`,
+        );
+      }
+    };
     const worker = async () => {
       for (let next = nextCase(); next !== null; next = nextCase()) {
         const { id, fuzzCase } = next;
-        const sent = Date.now();
-        const outcome = await send(this.#run.url(fuzzCase.server), fuzzCase);
-        const tookMs = Date.now() - sent;
-        if (tookMs > SLOW_MS) {
-          this.#log(
-            `slow: case #${id} ${fuzzCase.server} ${fuzzCase.method} ${routeOf(fuzzCase.path)} [${fuzzCase.kind}] took ${(tookMs / 1000).toFixed(1)} s`,
-          );
+        if (isControl(fuzzCase)) {
+          const turn = controlTurn.then(() => oneCase(id, fuzzCase));
+          controlTurn = turn.catch(() => undefined);
+          await turn;
+        } else {
+          await oneCase(id, fuzzCase);
         }
-        this.#count(outcome.status);
-        this.#judge(id, fuzzCase, outcome);
-        // A controller resumes what it opened: without this, data requests would wait (as the
-        // contract lets them) for the lease of a fuzzed prepare to expire.
-        if (/\/ng-control\//i.test(fuzzCase.path)) await this.#heal(fuzzCase.server);
-        if (only !== undefined)
-          this.#log(
-            `case #${id} ${fuzzCase.kind}: HTTP ${outcome.status} ${outcome.text.slice(0, 500)}\n  ${curlOf(this.#run.url(fuzzCase.server), fuzzCase)}`,
-          );
         const count = ++done;
         if (count % 1000 === 0) {
           this.#log(`${count}/${total} requests, ${this.#findings.length} finding(s)`);
@@ -312,6 +344,31 @@ class Fuzz {
       `${detail}\n    ${curlOf(this.#run.url(fuzzCase.server), fuzzCase)}`,
       String(id),
     );
+  }
+
+  /** Retires the well-formed episodes a fuzzed restore named (nothing when it named none). */
+  async #retireScope(fuzzCase: FuzzCase): Promise<void> {
+    const episodes = scopeOf(fuzzCase);
+    if (episodes.length === 0) return;
+    await control(this.#run.url(fuzzCase.server), this.#run.token, "retire", {
+      checkpoint_id: "fuzz-rollback",
+      deadline_ts: deadline(30),
+      episode_ids: episodes,
+    });
+  }
+
+  /** A checkpoint can still be prepared (and is resumed): nothing hostile left a blocker. */
+  async #preparable(when: string, only: string): Promise<void> {
+    const id = `fuzz-check-${this.#requests}`;
+    const prepared = await prepare(this.#members, id, deadline(20));
+    if (!prepared.prepared) {
+      this.#finding(
+        `prepare blocked ${when}`,
+        `blockers: ${JSON.stringify(prepared.blockers()).slice(0, 300)}`,
+        only,
+      );
+    }
+    await resume(this.#members, id, deadline(20));
   }
 
   /** Resumes any participant a fuzzed control call left in a checkpoint. */
@@ -486,7 +543,7 @@ class Fuzz {
           this.#finding(
             `rollout fuzz-r${i} after the corrupted restores → HTTP ${outcome.status}, reward ${String(reward)}`,
             JSON.stringify(outcome.body).slice(0, 300),
-            "corrupt:" + (corruptions[0]?.name ?? ""),
+            corruptions.length === 1 ? `corrupt:${corruptions[0]?.name}` : "corrupt",
           );
         }
       });
@@ -494,7 +551,7 @@ class Fuzz {
       this.#finding(
         "the good checkpoint no longer restores after corrupted ones",
         String(error).slice(0, 500),
-        `corrupt:${corruptions[0]?.name ?? ""}`,
+        corruptions.length === 1 ? `corrupt:${corruptions[0]?.name}` : "corrupt",
       );
     }
   }
@@ -571,8 +628,7 @@ class Fuzz {
         (res) => res.status,
         () => 0,
       );
-      if (health !== 200)
-        this.#finding(`${member.name} /health → ${health} at the end`, "", "half-sent");
+      if (health !== 200) this.#finding(`${member.name} /health → ${health} at the end`, "");
       const reply = replies[member.name];
       const counts = reply?.report.counts ?? {};
       if (
@@ -584,14 +640,15 @@ class Fuzz {
         (counts.inflight ?? 0) !== 0 ||
         (counts.held ?? 0) !== 0
       ) {
-        this.#finding(
-          `${member.name} not idle at the end`,
-          JSON.stringify(reply).slice(0, 400),
-          this.#options.only ?? "0",
-        );
+        this.#finding(`${member.name} not idle at the end`, JSON.stringify(reply).slice(0, 400));
       }
     }
   }
+}
+
+/** Whether a case goes to a control route (however its path is spelt). */
+function isControl(fuzzCase: FuzzCase): boolean {
+  return /\/ng-control\//i.test(fuzzCase.path);
 }
 
 /** A route's path with the rollout prefix folded, for grouping. */
@@ -650,6 +707,33 @@ function installed(before: StatusReply | null, after: StatusReply | null): strin
     if (a !== b) return `${key}: ${a?.slice(0, 150)} → ${b?.slice(0, 150)}`;
   }
   return null;
+}
+
+/** The well-formed `episode_ids` of a fuzzed control body, whatever its encoding ([] if none). */
+function scopeOf(fuzzCase: FuzzCase): { rollout_id: string; attempt: number }[] {
+  try {
+    const encoding = fuzzCase.headers["content-encoding"];
+    const raw = fuzzCase.body ?? Buffer.alloc(0);
+    const bytes =
+      encoding === "gzip"
+        ? gunzipSync(raw)
+        : encoding === "deflate"
+          ? inflateSync(raw)
+          : encoding === "br"
+            ? brotliDecompressSync(raw)
+            : raw;
+    const body = JSON.parse(bytes.toString("utf8")) as { episode_ids?: unknown };
+    if (!Array.isArray(body.episode_ids)) return [];
+    return body.episode_ids.filter(
+      (e): e is { rollout_id: string; attempt: number } =>
+        typeof e === "object" &&
+        e !== null &&
+        typeof (e as { rollout_id?: unknown }).rollout_id === "string" &&
+        Number.isSafeInteger((e as { attempt?: unknown }).attempt),
+    );
+  } catch {
+    return [];
+  }
 }
 
 /** How many records each participant wrote into a checkpoint, as its manifest says. */

@@ -1,13 +1,17 @@
 /**
  * The fuzz suite on demand: `npm run test:fuzz -- --budget 20000 --seed 7` starts the reference
- * deployment from its sources, sends `budget` hostile requests plus the half-sent, declared
- * length and corrupted-checkpoint phases, and prints the seed, progress, the figures and one
- * line per finding group with its repro. Exits 1 when anything was found.
+ * deployment from its sources, sends `budget` hostile requests, then the half-sent, odd
+ * directory and corrupted-checkpoint phases, and prints the seed, progress, the figures and one
+ * line per finding group with its repro. Exits 1 when anything was found, 130 when interrupted.
  *
- * Options: `--seed S` (default: from the clock, printed), `--budget N` (default 2000),
- * `--concurrency C` (default 4), `--only <case number | cases | half-sent | odd-dirs | corrupt:<name>>` (replay one
- * thing of the seed, printing the request and the reply), `--compiled` (the built servers: run
- * `npm run build` first).
+ * Options:
+ * - `--seed S`: default from the clock (printed);
+ * - `--budget N`: hostile requests, default 2000;
+ * - `--concurrency C`: requests in flight at once, default 4;
+ * - `--only X`: replay one part of the seed, printing requests and replies: a case number,
+ *   `cases` (the hostile requests alone), `half-sent`, `odd-dirs`, `corrupt` or
+ *   `corrupt:<name>`;
+ * - `--compiled`: start the built servers (run `npm run build` first).
  */
 import { runFuzz, type Finding } from "./fuzzer.js";
 
