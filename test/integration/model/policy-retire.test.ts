@@ -195,3 +195,22 @@ describe("a call waiting at closed admission after a restore", () => {
     expect(await fakeCalls(fake)).toHaveLength(calls);
   });
 });
+
+describe("retire of a huge attempt number", () => {
+  it("answers at once and fences the window, without one file per earlier attempt", async () => {
+    const { policy, captureDir } = await setup();
+    await respond(policy.url, "big", { input: firstInput() }).expect(200);
+
+    const retired = await control(policy.url, "retire", {
+      checkpoint_id: "retire-huge",
+      episode_ids: [{ rollout_id: "big", attempt: 100_000_000 }],
+    });
+    expect(retired.status, JSON.stringify(retired.body)).toBe(200);
+    expect(await fence(captureDir, "big")).toBe(true);
+    expect(await fence(captureDir, "big-a100000000")).toBe(true);
+    expect(await ledgerRows(captureDir, "big")).toBeNull();
+    const late = await respond(policy.url, "big-a5000", { input: firstInput() });
+    expect(late.status, JSON.stringify(late.body)).toBe(409);
+    expect((await status(policy.url)).report.counts).toMatchObject({ inflight: 0 });
+  });
+});

@@ -8,6 +8,7 @@ import {
   InvalidLedgerKeyError,
   RolloutRetiredError,
 } from "../../../sdk/src/capture/ledger/errors.js";
+import { FENCE_WINDOW } from "../../../sdk/src/capture/ledger/capture-ledger.js";
 import { episodeId } from "../../../sdk/src/identity/episode-id.js";
 import {
   custodyRow,
@@ -239,5 +240,39 @@ describe("retireLedgers", () => {
     expect(await ledger.hasRows("r-a3")).toBe(true);
     expect(await ledger.hasRows("q-a1")).toBe(true);
     await rejectsWith(ledger.hasRows("r-a2"), RolloutRetiredError);
+  });
+
+  it("fences a huge attempt's window and every older attempt with files, not 10^8 files", async () => {
+    const ledger = ledgerAt(dir);
+    const huge = 100_000_000;
+    // Attempts with files below the window, one inside it, and one past the retired attempt.
+    for (const key of ["r", "r-a7", `r-a${huge - 3}`, `r-a${huge + 1}`, "q"]) {
+      await ledger.record(key, custodyRow("c1", key));
+    }
+
+    const result = await ledger.retireLedgers([episodeId("r", huge)]);
+
+    expect([...result.removed].sort()).toEqual(["r", "r-a7", `r-a${huge - 3}`].sort());
+    expect(result.absent).toHaveLength(FENCE_WINDOW - 1);
+    const fences = (await listDir(dir)).filter((name) => name.endsWith(".lineage.retired"));
+    expect(fences).toHaveLength(FENCE_WINDOW + 2);
+    // Fenced: the old attempts that left files, and every attempt of the window.
+    for (const key of ["r", "r-a7", `r-a${huge}`, `r-a${huge - FENCE_WINDOW + 1}`]) {
+      await rejectsWith(ledger.hasRows(key), RolloutRetiredError);
+    }
+    // Not fenced: the next attempt, another rollout, and an older attempt that left nothing
+    // (the participant's retired marks refuse its calls).
+    expect(await ledger.hasRows(`r-a${huge + 1}`)).toBe(true);
+    expect(await ledger.hasRows("q")).toBe(true);
+    expect(await ledger.hasRows("r-a8")).toBe(false);
+  });
+
+  it("fences exactly 0..N inside the window, with or without files", async () => {
+    const ledger = ledgerAt(dir);
+    const last = FENCE_WINDOW - 1;
+    const result = await ledger.retireLedgers([episodeId("w", last)]);
+    expect(result.absent).toHaveLength(FENCE_WINDOW);
+    await rejectsWith(ledger.hasRows("w"), RolloutRetiredError);
+    await rejectsWith(ledger.hasRows(`w-a${last}`), RolloutRetiredError);
   });
 });

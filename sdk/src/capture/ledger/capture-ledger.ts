@@ -291,9 +291,31 @@ export class CaptureLedger {
     return partition(batch, removedFlags);
   }
 
-  /** Retires, in one batch, the ledgers of attempts `0..e.attempt` of every episode. */
+  /**
+   * Retires, in one batch, the ledgers of attempts `0..e.attempt` of every episode. Past
+   * {@link FENCE_WINDOW} attempts, only the window's and those with files are fenced
+   * ({@link attemptKeysThrough}).
+   */
   async retireLedgers(episodes: Iterable<EpisodeId>): Promise<LedgerRemoval> {
-    return await this.retire(attemptKeysThrough(episodes));
+    const list = [...episodes];
+    let index: RolloutIndex | null = null;
+    if (list.some((e) => e.attempt >= FENCE_WINDOW)) {
+      // The listing must hold what earlier imports deferred, or an old attempt's ledger written
+      // after it would escape its fence.
+      await this.settleDeferred();
+      index = new RolloutIndex(await this.#listing());
+    }
+    return await this.retire(attemptKeysThrough(list, index));
+  }
+
+  /** The directory's names; none before the first write. */
+  async #listing(): Promise<string[]> {
+    try {
+      return await readdir(this.#dir);
+    } catch (error) {
+      if (isCode(error, "ENOENT")) return [];
+      throw error;
+    }
   }
 
   /**
@@ -338,7 +360,12 @@ export class CaptureLedger {
     const index = new RolloutIndex(listing);
     const listed = new Set(listing);
     const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
-    const sources = ledgerKeyBatch(attemptKeysThrough(plans.map((plan) => plan.source)));
+    const sources = ledgerKeyBatch(
+      attemptKeysThrough(
+        plans.map((plan) => plan.source),
+        index,
+      ),
+    );
     const lockKeys = [
       ...doomed.map((file) => file.key),
       ...plans.map((plan) => plan.targetKey),
@@ -626,11 +653,37 @@ export class CaptureLedger {
   }
 }
 
-/** The capture keys of attempts `0..e.attempt` of every episode. */
-function attemptKeysThrough(episodes: Iterable<EpisodeId>): string[] {
+/**
+ * How many of a rollout's latest attempts a retire fences whether or not they left files.
+ *
+ * Why: an attempt number is any safe integer, and fencing every attempt `0..N` of a retire
+ * naming attempt 10^8 would create 10^8 files (and exhaust memory listing them first). A
+ * rollout is restored once per attempt, so real retires stay far inside the window and fence
+ * exactly `0..N`. Past it, an older attempt that left no file gets no fence; a late call of it
+ * is still refused by every process's retired marks, which cover every attempt up to `N`.
+ */
+export const FENCE_WINDOW = 1024;
+
+/**
+ * The capture keys to fence for episodes: attempts `0..e.attempt` of each, or, for an attempt
+ * past {@link FENCE_WINDOW}, the window's attempts and the earlier ones with files in `index`
+ * (required then).
+ */
+function attemptKeysThrough(
+  episodes: Iterable<EpisodeId>,
+  index: RolloutIndex | null = null,
+): string[] {
   const keys: string[] = [];
   for (const episode of episodes) {
-    for (let attempt = 0; attempt <= episode.attempt; attempt++) {
+    const windowStart = Math.max(0, episode.attempt - FENCE_WINDOW + 1);
+    if (windowStart > 0) {
+      if (index === null) throw new Error("a listing is needed past the fence window");
+      const below = index.attemptsOf(episode.rollout_id).filter((a) => a < windowStart);
+      for (const attempt of below.sort((a, b) => a - b)) {
+        keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
+      }
+    }
+    for (let attempt = windowStart; attempt <= episode.attempt; attempt++) {
       keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
     }
   }

@@ -44,6 +44,17 @@ export class RolloutIndex {
     }
     return files;
   }
+
+  /** The attempts of `rolloutId` that have at least one file, each once. */
+  attemptsOf(rolloutId: string): number[] {
+    const attempts = new Set((this.#byRollout.get(rolloutId) ?? []).map((f) => f.episode.attempt));
+    if (this.#byDigest.size > 0) {
+      for (const hashed of this.#byDigest.get(rolloutDigestStem(rolloutId)) ?? []) {
+        attempts.add(hashed.attempt);
+      }
+    }
+    return [...attempts];
+  }
 }
 
 function push<T>(map: Map<string, T[]>, key: string, value: T): void {
