@@ -10,6 +10,7 @@ import {
   ACTIVATION_HEADER,
   AgentServer,
   CheckpointStateError,
+  EpisodeError,
   GymError,
   InvalidRequestError,
   TOKEN_CAPTURE_SEGMENT,
@@ -238,6 +239,12 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
         invalid.issues,
       );
     }
+    // The model has this attempt retired (a retire reached it first): the caller's attempt is
+    // stale here too, and must hear so (409), not that the model failed.
+    const refused = reply.status === 409 ? refusalOf(reply.body) : null;
+    if (refused?.code === "stale_attempt") {
+      throw new EpisodeError("stale_attempt", `the model server refused it: ${refused.detail}`);
+    }
     // Any other refusal or a garbled reply is the model server's failure: 502, naming it.
     if (reply.status < 200 || reply.status >= 300) {
       throw new GymError(
@@ -403,20 +410,30 @@ function withCookies(reply: TextReply): RunCallReply {
 
 if (isMainModule(import.meta.url)) await serveMain(SimpleAgent);
 
-/** The model's `invalid_request` envelope (detail and issues), or null for anything else. */
-function invalidRequestOf(
-  body: string,
-): { detail: string; issues: { path: (string | number)[]; message: string }[] } | null {
+/** A refusal's error envelope: its code, detail and issues; null when the body is none. */
+function refusalOf(body: string): {
+  code: string;
+  detail: string;
+  issues: { path: (string | number)[]; message: string }[];
+} | null {
   try {
     const parsed = JSON.parse(body) as {
       error?: { code?: unknown; detail?: unknown; issues?: unknown };
     };
-    if (parsed.error?.code !== "invalid_request") return null;
+    if (typeof parsed.error?.code !== "string") return null;
     const issues = Array.isArray(parsed.error.issues)
       ? (parsed.error.issues as { path: (string | number)[]; message: string }[])
       : [];
-    return { detail: String(parsed.error.detail ?? ""), issues };
+    return { code: parsed.error.code, detail: String(parsed.error.detail ?? ""), issues };
   } catch {
     return null;
   }
+}
+
+/** The model's `invalid_request` envelope (detail and issues), or null for anything else. */
+function invalidRequestOf(
+  body: string,
+): { detail: string; issues: { path: (string | number)[]; message: string }[] } | null {
+  const refused = refusalOf(body);
+  return refused?.code === "invalid_request" ? refused : null;
 }

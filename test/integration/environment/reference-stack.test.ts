@@ -111,7 +111,7 @@ async function deploy() {
     ...silent,
   });
   const url = await start("counter_env", "environment", env);
-  return { url, policy, inference, counter, agentUrl };
+  return { url, policy, inference, counter, agentUrl, deployment };
 }
 
 type Listen = (options: { port?: number }) => Promise<{ url: string }>;
@@ -144,6 +144,26 @@ describe("the reference deployment", () => {
       /^the model server refused the request built from this input/,
     );
     expect(res.body.error.issues.length).toBeGreaterThan(0);
+  });
+
+  it("answers the agent's caller 409 stale_attempt, not 502, when the model has the attempt retired", async () => {
+    const { agentUrl, deployment } = await deploy();
+    // A retire reached the model only (the agent has not heard of it).
+    const retired = await request(deployment.servers.policy!.url)
+      .post("/ng-control/v1/checkpoint/retire")
+      .set("authorization", `Bearer ${TOKEN}`)
+      .send({
+        checkpoint_id: "retire-1",
+        deadline_ts: Date.now() / 1000 + 30,
+        episode_ids: [{ rollout_id: "r-1", attempt: 2 }],
+      });
+    expect(retired.status, JSON.stringify(retired.body)).toBe(200);
+    const res = await request(agentUrl)
+      .post("/ng-rollout/r-1-a1/v1/responses")
+      .send({ input: "hi" });
+    expect(res.status, JSON.stringify(res.body)).toBe(409);
+    expect(res.body.error.code).toBe("stale_attempt");
+    expect(res.body.error.detail).toMatch(/^the model server refused it: attempt 'r-1-a1'/);
   });
 
   it("refuses verify responses that are not objects on /aggregate_metrics (422, not 502)", async () => {
