@@ -15,7 +15,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["test/**", "scripts/**", "**/cli/**"],
+    files: ["test/**", "**/scripts/**", "**/cli/**"],
     rules: { "no-console": "off" },
   },
 );

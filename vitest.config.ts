@@ -11,6 +11,14 @@ export default defineConfig({
         replacement: fileURLToPath(new URL("./sdk/src/testing/index.ts", import.meta.url)),
       },
       {
+        find: /^gym-participant-sdk\/controller$/,
+        replacement: fileURLToPath(new URL("./sdk/src/controller.ts", import.meta.url)),
+      },
+      {
+        find: /^gym-participant-sdk\/capture$/,
+        replacement: fileURLToPath(new URL("./sdk/src/capture/index.ts", import.meta.url)),
+      },
+      {
         find: /^gym-participant-sdk$/,
         replacement: fileURLToPath(new URL("./sdk/src/index.ts", import.meta.url)),
       },

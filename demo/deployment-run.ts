@@ -6,9 +6,12 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { REPO, gym } from "./gym-process.js";
-import { ServerClient } from "../sdk/src/client/server-client.js";
-import { discover, type Participants } from "../sdk/src/client/coordination.js";
-import type { ResolvedDeployment } from "../sdk/src/wire/deployment.js";
+import {
+  ServerClient,
+  discover,
+  type Participants,
+  type ResolvedDeployment,
+} from "gym-participant-sdk/controller";
 
 const REFERENCE = path.join(REPO, "reference-servers");
 

@@ -6,15 +6,17 @@
  * after the restore with the right reward, and no delivered model call ran twice.
  */
 import {
+  captureKey,
   commit,
+  episodeId,
   prepare,
   restore,
   resume,
+  type EpisodeId,
   type MemberTiming,
+  type ParticipantKind,
   type PrepareResult,
-} from "../sdk/src/client/coordination.js";
-import { captureKey, episodeId, type EpisodeId } from "../sdk/src/identity/episode-id.js";
-import type { ParticipantKind } from "../sdk/src/wire/control.js";
+} from "gym-participant-sdk/controller";
 import type { DeploymentRun } from "./deployment-run.js";
 
 /** What one scenario run measured and found. */

@@ -1,11 +1,11 @@
 /**
- * The worker-side capture helpers this backend uses (spec policy-model §7.7, §8), gathered in
+ * The worker-side capture helpers this backend uses (see docs/policy-model.md), gathered in
  * one module so the rest of the backend names them in one place.
  *
  * @module
  */
-export { CaptureAdmissionSchema, type CaptureAdmission } from "gym-participant-sdk";
-export { CaptureError } from "gym-participant-sdk";
+export { CaptureAdmissionSchema, type CaptureAdmission } from "gym-participant-sdk/capture";
+export { CaptureError } from "gym-participant-sdk/capture";
 export {
   GENERATION_CUT_ROUTE,
   GenerationCutInventorySchema,
@@ -19,7 +19,7 @@ export {
   type GenerationCutPrefix,
   type GenerationCutPrefixAck,
   type GenerationCutReceipt,
-} from "gym-participant-sdk";
+} from "gym-participant-sdk/capture";
 export {
   CommitCoordsSchema,
   StagedCallRecordSchema,
@@ -27,5 +27,9 @@ export {
   type CommitCoords,
   type StageResult,
   type StagedCallRecord,
-} from "gym-participant-sdk";
-export { RolloutTokenCapture, type ActiveCall, type StagingSink } from "gym-participant-sdk";
+} from "gym-participant-sdk/capture";
+export {
+  RolloutTokenCapture,
+  type ActiveCall,
+  type StagingSink,
+} from "gym-participant-sdk/capture";

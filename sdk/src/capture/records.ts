@@ -1,5 +1,5 @@
 /**
- * Staged records and manifest rows (contract §8.5, §8.6): the token columns a worker stages, the
+ * Staged records and manifest rows: the token columns a worker stages, the
  * coordinates it answers with, and the token-free row the capture ledger keeps.
  *
  * A staged record is immutable once validated: parsing or building one freezes it and remembers
@@ -111,7 +111,8 @@ function frozenCopy(value: unknown): unknown {
   return Object.freeze(copy);
 }
 
-type Sealed<T> = {
+/** A parsed record: frozen, its arrays read-only. */
+export type Sealed<T> = {
   readonly [K in keyof T]: T[K] extends (infer U)[] ? readonly U[] : T[K];
 };
 

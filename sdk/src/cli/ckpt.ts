@@ -22,12 +22,16 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
+import {
+  CommitScopeRequiredError,
+  commitEverywhere,
+  type CommitStep,
+} from "../client/commit-everywhere.js";
 import { ServerClient } from "../client/server-client.js";
 import {
   CoordinationError,
   PREPARE_ORDER,
   PrepareResult,
-  commit,
   discover,
   forget,
   prepare,
@@ -530,53 +534,22 @@ export function commitScope(
   );
 }
 
-/** What {@link commitEverywhere} commits. */
-export interface CommitStep {
-  readonly checkpointId: string;
-  readonly checkpointDir: string;
-  /** The continued episodes, or null: everything each participant holds. */
-  readonly episodeIds: EpisodeId[] | null;
-  /** A fresh deadline for each fan-out: the model's step must not get only what is left. */
-  readonly deadlineTs: () => number;
-}
-
 /**
- * Commits on every participant. With an explicit scope that is one fan-out. With `null` it is
- * two when the deployment has a model: the contract has the model refuse a commit without
- * `episode_ids` (it cannot tell continued episodes from finished ones), and a shell has no list
- * of what is in flight. So the other participants commit first with `null`, and the model then
- * commits exactly the episodes they exported: the episodes in flight at a boundary (a prepare
- * that reported no restarts exports nothing else), restored ones still waiting included.
+ * {@link commitEverywhere}, with the CLI's hint when nothing says which episodes continue.
  */
-export async function commitEverywhere(
+async function commitAll(
   participants: Participants,
   step: CommitStep,
 ): Promise<Record<string, CommitReply>> {
-  const { members } = participants;
-  const models = members.filter((member) => member.kind === "model");
-  const options = (episodeIds: EpisodeId[] | null) => ({
-    checkpointId: step.checkpointId,
-    checkpointDir: step.checkpointDir,
-    episodeIds,
-    deadlineTs: step.deadlineTs(),
-  });
-  if (step.episodeIds !== null || models.length === 0) {
-    return await commit(participants, options(step.episodeIds));
-  }
-  const others = members.filter((member) => member.kind !== "model");
-  if (others.length === 0) {
+  try {
+    return await commitEverywhere(participants, step);
+  } catch (error) {
+    if (!(error instanceof CommitScopeRequiredError)) throw error;
     throw new UsageError(
-      "the model is the only participant, so nothing says which episodes continue",
+      error.message,
       "pass --episodes FILE (the capture keys in flight, one per line)",
     );
   }
-  const first = await commit({ ...participants, members: others }, options(null));
-  const exported = new Set(Object.values(first).flatMap((reply) => reply.episode_ids));
-  const second = await commit(
-    { ...participants, members: models },
-    options([...exported].sort().map((key) => fromCaptureKey(key))),
-  );
-  return { ...first, ...second };
 }
 
 function lastPrepareFor(session: Session, id: string, gym: string): PrepareResult {
@@ -644,7 +617,7 @@ export async function commitCommand(
       scope === "all" && episodes === null
         ? null
         : commitScope(id, lastPrepareFor(session, id, gym), scope, episodes);
-    const replies = await commitEverywhere(session.participants, {
+    const replies = await commitAll(session.participants, {
       checkpointId: id,
       checkpointDir,
       episodeIds,
@@ -773,7 +746,7 @@ export async function checkpointCommand(
     let committed: Record<string, CommitReply>;
     try {
       committed = await timed("commit", () =>
-        commitEverywhere(session.participants, {
+        commitAll(session.participants, {
           checkpointId: id,
           checkpointDir,
           episodeIds,

@@ -31,7 +31,6 @@ import {
   type ServerKind,
 } from "../wire/deployment.js";
 import { CheckpointSettingsSchema, type CheckpointSettings } from "../wire/settings.js";
-import { CliError } from "./output.js";
 
 /** One thing wrong with a deployment file. */
 export interface DeploymentProblem {
@@ -43,8 +42,11 @@ export interface DeploymentProblem {
   readonly message: string;
 }
 
-/** A deployment file that cannot be used; `problems` lists each with its line. */
-export class DeploymentFileError extends CliError {
+/**
+ * A deployment file that cannot be used; `problems` lists each with its line. The `gym` command
+ * prints the message with {@link DEPLOYMENT_FILE_HINT}.
+ */
+export class DeploymentFileError extends Error {
   override readonly name = "DeploymentFileError";
   constructor(
     readonly file: string,
@@ -57,10 +59,13 @@ export class DeploymentFileError extends CliError {
     );
     super(
       `${file}: ${problems.length} problem${problems.length === 1 ? "" : "s"}; nothing was started\n${lines.join("\n")}`,
-      "fix what each line above names, then run the command again (see docs/deployment.md for the format)",
     );
   }
 }
+
+/** What to do about a {@link DeploymentFileError}, as the `gym` command says it. */
+export const DEPLOYMENT_FILE_HINT =
+  "fix what each line above names, then run the command again (see docs/deployment.md for the format)";
 
 /** One server of a loaded deployment, with its entrypoint resolved to a module file. */
 export interface LoadedServer {

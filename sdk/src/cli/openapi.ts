@@ -1,14 +1,16 @@
 /**
  * `gym openapi [--out DIR] [--check]`: writes (or checks) the OpenAPI documents generated from
- * the wire schemas. Today that is the control contract every participant serves; reference
- * servers add one document each for their data routes.
- *
- * @see docs/openapi.md
+ * the wire schemas: the control contract every participant serves. With `--deployment FILE`,
+ * one document per server of that deployment instead, each exactly what the server serves at
+ * `/openapi.json` (its data routes and, for a participant, the control routes).
  */
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { sdkVersion } from "./defaults.js";
+import { loadDeploymentFile, resolveDeployment } from "./deployment-file.js";
 import { CliError, commandOf, type Io } from "./output.js";
 
 /** One generated document: its file name inside the output directory and its text. */
@@ -43,13 +45,73 @@ export function generatedDocuments(): GeneratedDocument[] {
   ];
 }
 
+/** What a server class needs to be documented without listening. */
+interface DocumentedServer {
+  openApiDocument(): unknown;
+  close(): Promise<void>;
+}
+type DocumentedServerClass = new (options: Record<string, unknown>) => DocumentedServer;
+
+/**
+ * One document per server of the deployment in `file`, built from the servers' own config
+ * without starting a process. Ports are fixed (the documents name no URL), and `GYM_RUN_DIR`
+ * points at a scratch directory, so directories servers create when built stay out of the
+ * checkout.
+ */
+export async function deploymentDocuments(file: string, io: Io): Promise<GeneratedDocument[]> {
+  const runDir = await mkdtemp(path.join(tmpdir(), "gym-openapi-"));
+  try {
+    const loaded = loadDeploymentFile(path.resolve(io.cwd, file), {
+      env: { ...io.env, GYM_RUN_DIR: runDir },
+      cwd: io.cwd,
+    });
+    const names = Object.keys(loaded.servers);
+    const ports = Object.fromEntries(names.map((name, i) => [name, 40_000 + i]));
+    const deployment = resolveDeployment(loaded, ports);
+    const documents: GeneratedDocument[] = [];
+    for (const server of Object.values(loaded.servers)) {
+      const module = (await import(pathToFileURL(server.entrypoint).href)) as {
+        default?: unknown;
+      };
+      if (typeof module.default !== "function") {
+        throw new CliError(
+          `${server.name}: ${server.entrypoint} has no default export to document`,
+          "export the server class as the module's default export",
+        );
+      }
+      const ServerClass = module.default as DocumentedServerClass;
+      const instance = new ServerClass({
+        name: server.name,
+        config: server.config,
+        checkpoint: loaded.checkpoint,
+        deployment,
+        logLevel: "silent",
+      });
+      try {
+        const text = renderJson(instance.openApiDocument());
+        documents.push({ file: `${server.name}.json`, render: () => text });
+      } finally {
+        await instance.close();
+      }
+    }
+    return documents;
+  } finally {
+    await rm(runDir, { recursive: true, force: true });
+  }
+}
+
 /** `gym openapi`; returns the exit status (1 when `--check` finds a stale document). */
 export async function openapiCommand(
-  options: { out?: string; check?: boolean },
+  options: { out?: string; check?: boolean; deployment?: string },
   io: Io,
 ): Promise<number> {
-  const regenerate = `regenerate them with \`${commandOf(io)} openapi --out ${options.out ?? "openapi"}\` (npm run openapi)`;
-  return await writeDocuments(generatedDocuments(), options, io, regenerate);
+  const from = options.deployment === undefined ? "" : ` --deployment ${options.deployment}`;
+  const regenerate = `regenerate them with \`${commandOf(io)} openapi${from} --out ${options.out ?? "openapi"}\` (npm run openapi)`;
+  const documents =
+    options.deployment === undefined
+      ? generatedDocuments()
+      : await deploymentDocuments(options.deployment, io);
+  return await writeDocuments(documents, options, io, regenerate);
 }
 
 /**

@@ -3,6 +3,7 @@
  * CLI in-process and capture them), and the two errors that carry an exit status.
  */
 import { DEFAULT_COMMAND, invokedAs } from "./invocation.js";
+import { DEPLOYMENT_FILE_HINT, DeploymentFileError } from "./deployment-file.js";
 
 /** Where a command writes: people read `out`, problems and progress go to `err`. */
 export interface Io {
@@ -67,6 +68,18 @@ export class UsageError extends CliError {
   constructor(message: string, hint: string | null = null) {
     super(message, hint, EXIT_USAGE);
   }
+}
+
+/**
+ * The {@link CliError} a failure is reported as: itself, or a library error the user can act
+ * on with the CLI's hint added; null for anything else (a bug).
+ */
+export function asCliError(error: unknown): CliError | null {
+  if (error instanceof CliError) return error;
+  if (error instanceof DeploymentFileError) {
+    return new CliError(error.message, DEPLOYMENT_FILE_HINT, EXIT_FAILED, { cause: error });
+  }
+  return null;
 }
 
 /** A one-line description of any thrown value. */

@@ -18,6 +18,7 @@ import {
 import { formatDuration, parseDuration } from "./duration.js";
 import {
   CliError,
+  asCliError,
   EXIT_FAILED,
   EXIT_OK,
   EXIT_USAGE,
@@ -52,7 +53,9 @@ Commands and their options:
       forget --rollouts ID[,ID] [--id ID]     drop the retired marks of finished rollouts
       inspect DIR                             verify and list a checkpoint, no server needed
       every verb but inspect: --state FILE | --deployment FILE, --json, --deadline DURATION
-  gym openapi [--out DIR] [--check]           write (or check) the generated OpenAPI documents
+  gym openapi [--out DIR] [--check] [--deployment FILE]
+                                              write (or check) the generated OpenAPI documents:
+                                              the control contract, or each server's
 
 Durations: 500ms, 30s, 2m. Capture keys: task-3 (attempt 0), task-3-a1 (attempt 1).
 --episodes FILE is always a file of capture keys, one per line; --keys lists them inline.
@@ -439,8 +442,12 @@ function buildProgram(handlers: Handlers): Command {
     .description("write the OpenAPI documents generated from the wire schemas")
     .option("--out <dir>", "output directory", "openapi")
     .option("--check", "write nothing; exit 1 when a document differs from what would be written")
+    .option(
+      "--deployment <file>",
+      "instead: one document per server of this deployment, as each serves it",
+    )
     .action(
-      run(async (flags: { out?: string; check?: boolean }) => {
+      run(async (flags: { out?: string; check?: boolean; deployment?: string }) => {
         const { openapiCommand } = await import("./openapi.js");
         return await openapiCommand(flags, io);
       }),
@@ -494,10 +501,11 @@ export async function runCli(argv: readonly string[], io: Io = processIo()): Pro
       }
       return error.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
-    if (error instanceof CliError) {
-      if (json && error.json !== undefined) io.out(JSON.stringify(error.json, null, 2));
-      report(io, error);
-      return error.exitCode;
+    const failure = asCliError(error);
+    if (failure !== null) {
+      if (json && failure.json !== undefined) io.out(JSON.stringify(failure.json, null, 2));
+      report(io, failure);
+      return failure.exitCode;
     }
     io.err(
       `gym: unexpected error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,

@@ -28,7 +28,7 @@ import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
 import { FAILED_LOG_LINES } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
-import { CliError, commandOf, describeError, type Io } from "./output.js";
+import { asCliError, commandOf, describeError, type Io } from "./output.js";
 import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
 import type { RunState, StateServer } from "./state-file.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
@@ -457,7 +457,8 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
     await stopChildren(children, plan.grace_ms).catch(() => []);
     await tail?.stop();
     // A CliError (tsx missing, say) knows what to do; anything else is reported as it is.
-    if (error instanceof CliError) hooks.onFailed(error.message, error.hint);
+    const failure = asCliError(error);
+    if (failure !== null) hooks.onFailed(failure.message, failure.hint);
     else hooks.onFailed(`gym serve failed: ${describeError(error)}`, null);
     return 1;
   }

@@ -67,3 +67,11 @@ export class UnknownServerError extends Error {
     super(`no server named '${server}' in the deployment (known: ${known.join(", ") || "none"})`);
   }
 }
+
+/**
+ * A commit without a scope cannot be split: the model is the only participant, so no other
+ * participant's export says which episodes continue. Name them.
+ */
+export class CommitScopeRequiredError extends Error {
+  override readonly name = "CommitScopeRequiredError";
+}

@@ -122,21 +122,21 @@ export interface CallReply<T> {
  */
 export class ServerClient {
   readonly deployment: ResolvedDeployment;
-  readonly options: CompiledOptions;
+  readonly #options: CompiledOptions;
   readonly #data: Agent;
   readonly #control: Agent;
 
   constructor(deployment: ResolvedDeployment, options: ServerClientOptions = {}) {
     this.deployment = deployment;
-    this.options = compile(options);
-    const connect = { timeout: this.options.connectTimeoutMs };
+    this.#options = compile(options);
+    const connect = { timeout: this.#options.connectTimeoutMs };
     const resourceOrigins = new Set(
       Object.values(deployment.servers)
         .filter((server) => server.kind === "resources")
         .map((server) => new URL(server.url).origin),
     );
-    const dataLimit = this.options.dataConnectionsPerServer || null;
-    const ownLimit = this.options.resourcesConnectionsPerServer || null;
+    const dataLimit = this.#options.dataConnectionsPerServer || null;
+    const ownLimit = this.#options.resourcesConnectionsPerServer || null;
     // dataConnectionsPerServer caps every data pool; resources pools may be capped lower.
     const resourcesLimit =
       dataLimit === null || ownLimit === null
@@ -154,7 +154,7 @@ export class ServerClient {
         }),
     });
     this.#control = new Agent({
-      connections: this.options.controlConnectionsPerServer || null,
+      connections: this.#options.controlConnectionsPerServer || null,
       connect,
       ...IDLE,
     });
@@ -204,7 +204,7 @@ export class ServerClient {
   ): Promise<CallReply<T>> {
     return await this.#call<T>(this.#data, server, "POST", this.dataPath(path, options.rollout), {
       body: JSON.stringify(body ?? null),
-      timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+      timeoutMs: options.timeoutMs ?? this.#options.dataTimeoutMs,
       signal: options.signal,
       headers: options.headers,
     });
@@ -228,7 +228,7 @@ export class ServerClient {
       path.startsWith("/") ? path : `/${path}`,
       {
         body: JSON.stringify(body ?? null),
-        timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+        timeoutMs: options.timeoutMs ?? this.#options.dataTimeoutMs,
         signal: options.signal,
         headers: options.headers,
       },
@@ -245,7 +245,7 @@ export class ServerClient {
       this.dataPath(path, options.rollout),
       {
         body: null,
-        timeoutMs: options.timeoutMs ?? this.options.dataTimeoutMs,
+        timeoutMs: options.timeoutMs ?? this.#options.dataTimeoutMs,
         signal: options.signal,
         headers: options.headers,
       },

@@ -17,7 +17,7 @@ import {
   type Participants,
 } from "../../../sdk/src/client/coordination.js";
 import { ServerClient } from "../../../sdk/src/client/server-client.js";
-import { commitEverywhere } from "../../../sdk/src/cli/ckpt.js";
+import { commitEverywhere } from "../../../sdk/src/client/commit-everywhere.js";
 import { Participant, type CloseAdmissionRequest } from "../../../sdk/src/control/participant.js";
 import {
   captureKey,

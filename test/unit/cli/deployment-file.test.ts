@@ -1,3 +1,4 @@
+import { asCliError } from "../../../sdk/src/cli/output.js";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -102,11 +103,14 @@ describe("loading the fixture deployments", () => {
       loadDeploymentFile(file, { env: {} });
       expect.unreachable();
     } catch (error) {
-      const failure = error as DeploymentFileError;
-      expect(failure.message).toContain(`${file}:6: bad kind`);
-      expect(failure.message).toContain("nothing was started");
-      expect(failure.hint).toMatch(/fix what each line above names/);
-      expect(failure.exitCode).toBe(1);
+      expect(error).toBeInstanceOf(DeploymentFileError);
+      expect((error as Error).message).toContain(`${file}:6: bad kind`);
+      expect((error as Error).message).toContain("nothing was started");
+      // The gym command reports it with what to do.
+      const failure = asCliError(error);
+      expect(failure?.message).toBe((error as Error).message);
+      expect(failure?.hint).toMatch(/fix what each line above names/);
+      expect(failure?.exitCode).toBe(1);
     }
   });
 });

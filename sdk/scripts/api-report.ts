@@ -1,0 +1,76 @@
+/**
+ * The API report: one file per package entry point under `sdk/api/`, listing every exported
+ * name with its signature, generated from the build's declarations by API Extractor.
+ *
+ * `npm run api` rewrites the reports after a deliberate change of the public surface;
+ * `npm run api:check` (CI) fails when a report is stale, so no export appears, disappears or
+ * changes shape without a reviewed diff. Both need `npm run build` first.
+ */
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Extractor, ExtractorConfig, type IConfigFile } from "@microsoft/api-extractor";
+
+const SDK = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+/** The package's entry points: report name and declaration file (relative to `sdk/dist`). */
+const ENTRY_POINTS = [
+  { report: "gym-participant-sdk", types: "index.d.ts" },
+  { report: "gym-participant-sdk-controller", types: "controller.d.ts" },
+  { report: "gym-participant-sdk-capture", types: "capture/index.d.ts" },
+  { report: "gym-participant-sdk-testing", types: "testing/index.d.ts" },
+] as const;
+
+const check = process.argv.includes("--check");
+let failed = false;
+for (const entry of ENTRY_POINTS) {
+  const mainEntryPointFilePath = path.join(SDK, "dist", entry.types);
+  if (!existsSync(mainEntryPointFilePath)) {
+    console.error(`${mainEntryPointFilePath} is missing: run \`npm run build\` first`);
+    process.exit(2);
+  }
+  const configObject: IConfigFile = {
+    projectFolder: SDK,
+    mainEntryPointFilePath,
+    compiler: { tsconfigFilePath: path.join(SDK, "tsconfig.build.json") },
+    apiReport: {
+      enabled: true,
+      reportFileName: `${entry.report}.api.md`,
+      reportFolder: path.join(SDK, "api"),
+      reportTempFolder: path.join(SDK, "dist", ".api-report"),
+    },
+    docModel: { enabled: false },
+    dtsRollup: { enabled: false },
+    tsdocMetadata: { enabled: false },
+    messages: {
+      // Names a signature uses but the entry point does not export are listed in the report
+      // (as `ae-forgotten-export`), where a reviewer sees them; they do not fail the run.
+      extractorMessageReporting: {
+        default: { logLevel: "none" as never },
+        "ae-missing-release-tag": { logLevel: "none" as never },
+        "ae-forgotten-export": { logLevel: "none" as never, addToApiReportFile: true },
+      },
+      tsdocMessageReporting: { default: { logLevel: "none" as never } },
+      compilerMessageReporting: { default: { logLevel: "warning" as never } },
+    },
+  };
+  const config = ExtractorConfig.prepare({
+    configObject,
+    configObjectFullPath: path.join(SDK, "api-extractor.json"),
+    packageJsonFullPath: path.join(SDK, "package.json"),
+  });
+  const result = Extractor.invoke(config, { localBuild: !check, showVerboseMessages: false });
+  const file = path.relative(process.cwd(), path.join(SDK, "api", `${entry.report}.api.md`));
+  if (check && result.apiReportChanged) {
+    failed = true;
+    console.error(
+      `${file} is stale: the public API changed. Run \`npm run api\` and review the diff.`,
+    );
+  } else if (!result.succeeded) {
+    failed = true;
+    console.error(`${file}: API Extractor reported ${result.errorCount} error(s)`);
+  } else {
+    console.log(`${file}: ${result.apiReportChanged ? "updated" : "up to date"}`);
+  }
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,147 @@
+/**
+ * gym-participant-sdk/controller: the training controller's side. Calls to the servers of a
+ * deployment ({@link ServerClient}), the checkpoint coordination across participants
+ * (discover, prepare, commit, resume, restore, retire, forget), the deployment file, and the
+ * shapes of control requests, replies and checkpoint manifests.
+ *
+ * @see docs/controller.md
+ * @packageDocumentation
+ */
+
+// Identity (episodes are named in every control request)
+export {
+  EpisodeIdSchema,
+  InvalidEpisodeIdError,
+  captureKey,
+  episodeId,
+  fromCaptureKey,
+  nextAttempt,
+  parseEpisodeId,
+  sameEpisode,
+} from "./identity/episode-id.js";
+export type { EpisodeId } from "./identity/episode-id.js";
+
+// Calls to servers
+export { ServerClient } from "./client/server-client.js";
+export type {
+  CallOptions,
+  CallReply,
+  ServerClientOptions,
+  TextReply,
+} from "./client/server-client.js";
+export { ServerReplyError, ServerUnreachableError, UnknownServerError } from "./client/errors.js";
+export type { UnreachableReason } from "./client/errors.js";
+
+// Coordination
+export {
+  CoordinationError,
+  PREPARE_ORDER,
+  PrepareResult,
+  RETIRE_ORDER,
+  commit,
+  discover,
+  forget,
+  prepare,
+  renew,
+  restore,
+  resume,
+  retire,
+  status,
+} from "./client/coordination.js";
+export type {
+  CommitOptions,
+  DiscoverOptions,
+  Member,
+  MemberTiming,
+  Participants,
+  RestoreOptions,
+} from "./client/coordination.js";
+export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-everywhere.js";
+export type { CommitStep } from "./client/commit-everywhere.js";
+
+// The deployment file
+export {
+  DeploymentFileError,
+  loadDeploymentFile,
+  resolveDeployment,
+  serverUrl,
+} from "./cli/deployment-file.js";
+export type {
+  DeploymentProblem,
+  LoadOptions,
+  LoadedDeployment,
+  LoadedServer,
+} from "./cli/deployment-file.js";
+export {
+  DeploymentFileSchema,
+  DeploymentServerSchema,
+  ResolvedDeploymentSchema,
+  ResolvedServerSchema,
+  SERVER_KINDS,
+} from "./wire/deployment.js";
+export type {
+  DeploymentFile,
+  DeploymentServer,
+  ResolvedDeployment,
+  ResolvedServer,
+  ServerKind,
+} from "./wire/deployment.js";
+
+// Control requests and replies
+export {
+  CONTROL_PREFIX,
+  CheckpointRequestSchema,
+  CommitRequestSchema,
+  ForgetReplySchema,
+  ForgetRequestSchema,
+  MAX_LISTED_BLOCKERS,
+  OPERATIONS,
+  PARTICIPANT_KINDS,
+  PHASES,
+  PrepareReplySchema,
+  PrepareReportSchema,
+  PrepareRequestSchema,
+  RenewReplySchema,
+  RestoreRequestSchema,
+  ResumeReplySchema,
+  RetireReplySchema,
+  RetireRequestSchema,
+  StatusReplySchema,
+  prepareReport,
+} from "./wire/control.js";
+export type {
+  CheckpointRequest,
+  CommitRequest,
+  ForgetReply,
+  ForgetRequest,
+  Operation,
+  ParticipantKind,
+  Phase,
+  PrepareReply,
+  PrepareReport,
+  PrepareRequest,
+  RenewReply,
+  RestoreRequest,
+  ResumeReply,
+  RetireReply,
+  RetireRequest,
+  StatusReply,
+} from "./wire/control.js";
+
+// Checkpoints on disk
+export {
+  CommitReplySchema,
+  ManifestSchema,
+  RestoreReplySchema,
+  recordSchema,
+} from "./wire/storage.js";
+export type { CommitReply, Manifest, RecordBase, RestoreReply } from "./wire/storage.js";
+export { readCheckpoint } from "./store/records-reader.js";
+export type { ReadRequest, ReadResult } from "./store/records-reader.js";
+export type { ParticipantLocation } from "./store/paths.js";
+
+export type { CheckpointSettings } from "./wire/settings.js";
+
+// Errors a control route answers with
+export { ERROR_CATALOGUE, GymError } from "./errors.js";
+export type { ErrorCode, ErrorEnvelope, RequestIssue } from "./errors.js";
