@@ -1,9 +1,9 @@
 /**
- * NeMo Gym #3889, in real processes: the reference deployment (`gym serve`) is checkpointed with
- * typed `single_agent_turn` rollouts held in their second model call, every Gym process group is
- * killed (the fake inference backend survives), and fresh processes restore the checkpoint. The
- * backend logs every model call, so each test asserts exactly which calls were continued and
- * which were never made again.
+ * Crash and continue, in real processes: the reference deployment (`gym serve`) is checkpointed
+ * with typed `single_agent_turn` rollouts held in their second model call, every Gym process group
+ * is killed (the fake inference backend survives), and fresh processes restore the checkpoint. The
+ * backend logs every model call, so each test asserts exactly which calls were continued and which
+ * were never made again.
  *
  * One deployment runs the whole file, crashed three times:
  * 1. checkpoint `ckpt1` (one rollout finishing its verify during prepare), crash, restore, and

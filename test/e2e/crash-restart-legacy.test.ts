@@ -1,5 +1,5 @@
 /**
- * NeMo Gym #3889, in real processes, on a variant of the reference deployment
+ * Crash and continue, in real processes, on a variant of the reference deployment
  * (reference-servers/deployment-restart-legacy.yaml): a second environment whose resources server
  * is `restart_only`, and the Simple Agent's legacy `/run` wired to the counter. Without a crash:
  * a rollout retired mid-flight, and a checkpoint that parks rollouts and releases them. Then one

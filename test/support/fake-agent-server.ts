@@ -1,5 +1,5 @@
 /**
- * A scripted fake agent server speaking the agent session wire (spec agent §3), for
+ * A scripted fake agent server speaking the agent session wire (see docs/agent.md), for
  * environment-server tests. Built on the recording {@link ScriptedServer} (failures, holds,
  * waits: see `fake-resources-server.ts`).
  *

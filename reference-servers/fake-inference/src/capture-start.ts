@@ -1,5 +1,5 @@
 /**
- * Beginning a captured call on the worker side (spec policy-model §8.2): resolve the parent
+ * Beginning a captured call on the worker side: resolve the parent
  * prefix a `token_in` admission names from the token store, fetch the staged prefix a continued
  * cut names, and let `beginCall` check both against the admission.
  *

@@ -1,5 +1,5 @@
 /**
- * The worker side of a generation cut (spec policy-model §7.2, §7.7): for each call of the
+ * The worker side of a generation cut (see docs/policy-model.md): for each call of the
  * inventory, stage the tokens it generated so far under a key of its own and acknowledge a
  * durable prefix; answer every other call with a failure ack. The receipt is returned only once
  * every prefix is on disk: it is the durability boundary.

@@ -1,6 +1,6 @@
 /**
  * The chat completions request this backend reads (the OpenAI shape, unknown fields kept), plus
- * the worker wire key `ng_capture` (spec policy-model §2).
+ * the worker wire key `ng_capture` (see docs/policy-model.md).
  *
  * @module
  */

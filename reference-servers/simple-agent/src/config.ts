@@ -1,6 +1,6 @@
 /**
- * The Simple Agent's `config:` settings (spec agent §9.1) and the session state it builds from
- * a seed (spec agent §9.2).
+ * The Simple Agent's `config:` settings and the session state it builds from a seed (see
+ * docs/agent.md).
  *
  * @module
  */

@@ -3,7 +3,7 @@
  * turn loop (model call, then the reply's tool calls, until the model answers) that records a
  * boundary before every model call and after every tool round, so a checkpoint can cut a
  * session mid-loop and a fresh process continues it from there. It also serves the legacy
- * whole-episode `/run` (seed → loop → verify). See README.md and spec agent §9.
+ * whole-episode `/run` (seed → loop → verify). See README.md and docs/agent.md.
  */
 import { z } from "zod";
 import {
@@ -55,7 +55,7 @@ const ExportedSessionSchema = z.strictObject({
 });
 
 /**
- * The reference agent with full checkpoint support (spec agent §9): sessions seeded by an
+ * The reference agent with full checkpoint support: sessions seeded by an
  * environment server, activations that park at turn-loop boundaries, export/restore of every
  * session, and the legacy `/run`.
  *
@@ -378,7 +378,7 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState> {
   }
 }
 
-/** The model path of an activation: `/v1/responses` under the inbound prefix (spec agent §9.6). */
+/** The model path of an activation: `/v1/responses` under the inbound prefix. */
 function modelPathOf(rollout: RolloutContext | null): string {
   if (rollout === null) return "/v1/responses";
   const capture = rollout.tokenCapture ? TOKEN_CAPTURE_SEGMENT : "";

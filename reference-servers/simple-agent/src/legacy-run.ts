@@ -1,5 +1,5 @@
 /**
- * The Simple Agent's legacy `/run` (spec agent §9.8): seed → loop → verify → return, each stage
+ * The Simple Agent's legacy `/run`: seed → loop → verify → return, each stage
  * recorded as a boundary of the run's episode, so a checkpoint can cut it and a replacement
  * continues from the stage it reached.
  *

@@ -1,7 +1,6 @@
 /**
- * The turn loop's state and trajectory: what a boundary snapshot holds (spec agent §9.4), how
- * it is validated and loaded on restore, and the trajectory and observation shapes (§9.3,
- * §9.5).
+ * The turn loop's state and trajectory: what a boundary snapshot holds, how it is validated and
+ * loaded on restore, and the trajectory and observation shapes.
  *
  * @module
  */
@@ -65,7 +64,7 @@ export interface Trajectory {
   readonly gaps: readonly Gap[];
 }
 
-/** A session's observations, returned at close (spec agent §9.5). */
+/** A session's observations, returned at close. */
 export interface ObservationBundle {
   readonly source: "simple_agent";
   /** One record per activation that collected a trajectory: its invocation, turns and tool calls. */
@@ -103,7 +102,7 @@ const ToolRecordSchema = z.strictObject({
   duration_ms: z.number().min(0),
 });
 
-/** A boundary of the turn loop as stored (spec agent §9.4). */
+/** A boundary of the turn loop as stored. */
 export const LoopBoundarySchema = z
   .strictObject({
     step: z.int().min(0),

@@ -1,5 +1,5 @@
 /**
- * One activation's turn loop (spec agent §9.3): model calls and tool rounds, with boundaries
+ * One activation's turn loop: model calls and tool rounds, with boundaries
  * B0 (before the first model call, or at the restored position), B1 (after a model reply whose
  * tools are pending) and B2 (after a tool round). Transport-free: the server hands in how to
  * call the model and the tools.

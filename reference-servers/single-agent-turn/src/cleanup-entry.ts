@@ -1,5 +1,5 @@
 /**
- * One entry of an episode's cleanup registry (spec environment §6, cleanup registry semantics):
+ * One entry of an episode's cleanup registry (see docs/environment-server.md):
  * a session close that runs at most once successfully, now or in the final unwind.
  */
 

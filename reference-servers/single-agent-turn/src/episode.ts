@@ -1,6 +1,6 @@
 /**
- * One `single_agent_turn` episode (spec environment §8): seed → invoke_agent → close_agent →
- * verify → return, each stage starting with its boundary, every call made through the
+ * One `single_agent_turn` episode (see docs/environment-server.md): seed → invoke_agent →
+ * close_agent → verify → return, each stage starting with its boundary, every call made through the
  * deployment's `ServerClient` for the episode's capture key.
  */
 import { randomUUID } from "node:crypto";
@@ -47,12 +47,12 @@ import {
 
 /** The index of the one activation of a single-turn agent session. */
 const ACTIVATION_INDEX = "1";
-/** Longest `failure_reason` (spec environment §5.1). */
+/** Longest `failure_reason`. */
 const MAX_REASON = 2000;
-/** Statuses a caller may retry besides 5xx (spec environment §8.10). */
+/** Statuses a caller may retry besides 5xx. */
 const RETRYABLE_STATUSES = new Set([408, 425, 429]);
 
-/** The failure stages of `single_agent_turn` (spec environment §5.5). */
+/** The failure stages of `single_agent_turn`. */
 type FailureStage = "seed" | "agent" | "verification" | "cleanup";
 
 /** What an episode needs from its server. */
@@ -101,7 +101,7 @@ async function inStage<T>(stage: FailureStage, work: () => Promise<T>): Promise<
   }
 }
 
-/** Whether the collector may retry a rollout that failed with `error` (spec environment §8.10). */
+/** Whether the collector may retry a rollout that failed with `error`. */
 export function isRetryable(error: unknown): boolean {
   if (error instanceof ServerReplyError) {
     return RETRYABLE_STATUSES.has(error.status) || error.status >= 500;
@@ -320,7 +320,7 @@ export class SingleAgentTurnEpisode {
     });
   }
 
-  /** Stage `seed`: the resources seed, then the agent seed (spec environment §8.5, §8.6). */
+  /** Stage `seed`: the resources seed, then the agent seed. */
   async #seed(signal: AbortSignal): Promise<void> {
     const { config } = this.#deps;
     const { steps, taskId, taskInput } = this.#input;
@@ -377,7 +377,7 @@ export class SingleAgentTurnEpisode {
   }
 
   /**
-   * The grants of the resources server's tools (spec environment §8.6). An MCP grant makes the
+   * The grants of the resources server's tools. An MCP grant makes the
    * episode a restart: no checkpoint continues an agent holding an MCP token past its seed.
    */
   async #toolAccesses(
@@ -423,7 +423,7 @@ export class SingleAgentTurnEpisode {
     return accesses;
   }
 
-  /** Stage `invoke_agent`: the one activation, with its index (spec environment §8.6, §13 Q1). */
+  /** Stage `invoke_agent`: the one activation, with its index (see docs/environment-server.md). */
   async #activate(signal: AbortSignal): Promise<JsonObject> {
     const { config } = this.#deps;
     return await inStage("agent", async () => {
@@ -471,7 +471,7 @@ export class SingleAgentTurnEpisode {
     }
   }
 
-  /** Stage `verify` (spec environment §8.5). */
+  /** Stage `verify`. */
   async #verify(signal: AbortSignal): Promise<JsonObject> {
     const { taskInput } = this.#input;
     return await inStage("verification", async () => {

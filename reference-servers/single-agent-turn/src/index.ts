@@ -1,8 +1,8 @@
 /**
- * `single_agent_turn`: the reference environment server. Each `/run` seeds a resources
- * session, lets one agent session answer the task in one activation, closes the agent, has the
- * resources server verify the answer, and returns its verdict; every stage starts with a
- * boundary, so a checkpoint can continue an episode from any of them (spec environment §8).
+ * `single_agent_turn`: the reference environment server. Each `/run` seeds a resources session,
+ * lets one agent session answer the task in one activation, closes the agent, has the resources
+ * server verify the answer, and returns its verdict; every stage starts with a boundary, so a
+ * checkpoint can continue an episode from any of them (see docs/environment-server.md).
  */
 import { z } from "zod";
 import {

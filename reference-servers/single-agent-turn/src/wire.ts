@@ -1,5 +1,5 @@
 /**
- * The shapes `single_agent_turn` reads and writes (spec environment §5.3–§5.5, §8.1–§8.6): its
+ * The shapes `single_agent_turn` reads and writes: its
  * settings, the task input, the session handles and stage boundaries it records, and the replies
  * of the resources server and the agent it validates.
  */
@@ -23,7 +23,7 @@ const CookieJarSchema = z.record(z.string(), z.string());
 export const TOOL_TRANSPORTS = ["direct_http", "mcp"] as const;
 
 /**
- * The settings of a `single_agent_turn` server (spec environment §8.1): the base environment
+ * The settings of a `single_agent_turn` server: the base environment
  * settings plus the two servers it drives, named as in the deployment (`*_server` keys name a
  * server of the deployment).
  */
@@ -38,7 +38,7 @@ export const SingleAgentTurnConfigSchema = EnvironmentConfigSchema.extend({
 /** The settings of a `single_agent_turn` server. */
 export type SingleAgentTurnConfig = z.infer<typeof SingleAgentTurnConfigSchema>;
 
-/** `task.task_input` of a `/run` (spec environment §5.3). */
+/** `task.task_input` of a `/run`. */
 export const TaskInputSchema = z
   .strictObject({
     /** Sent to the agent as the activation body, verbatim. */
@@ -56,7 +56,7 @@ export const SingleAgentTurnRunRequestSchema = RunRequestSchema.extend({
 }).meta({ id: "SingleAgentTurnRunRequest" });
 
 /**
- * The sessions an episode holds (spec environment §8.2), part of every boundary so a restored
+ * The sessions an episode holds, part of every boundary so a restored
  * episode closes and verifies the very sessions its first attempt opened.
  */
 export const SessionHandlesSchema = z.strictObject({
@@ -71,7 +71,7 @@ export const SessionHandlesSchema = z.strictObject({
 /** The session handles of an episode. */
 export type SessionHandles = z.infer<typeof SessionHandlesSchema>;
 
-/** The stages, in order (spec environment §8.3). */
+/** The stages, in order. */
 export const STAGES = ["seed", "invoke_agent", "close_agent", "verify", "return"] as const;
 /** One stage. */
 export type Stage = (typeof STAGES)[number];

@@ -1,5 +1,5 @@
 /**
- * The capture admission (contract §8.1): the gate's contract with the inference worker for one
+ * The capture admission: the gate's contract with the inference worker for one
  * model call: who the call is, which parent it continues, and the exact token prefix its prompt
  * must start with.
  *

@@ -1,8 +1,8 @@
 /**
- * The canonical JSON the fingerprints hash (contract §8.7): the Python reference's
- * `orjson.dumps(value, option=OPT_SORT_KEYS)`. It differs from {@link pythonJson}: text stays
- * UTF-8 (only `"`, `\` and control characters are escaped), floats use Rust `ryu` layout (`1e-7`,
- * `1e16`, `0.00001`), NaN and ±Infinity become `null`, and integers must fit 64 bits.
+ * The canonical JSON the fingerprints hash: byte for byte what Python's `orjson.dumps(value,
+ * option=OPT_SORT_KEYS)` produces. It differs from {@link pythonJson}: text stays UTF-8 (only `"`,
+ * `\` and control characters are escaped), floats use Rust `ryu` layout (`1e-7`, `1e16`,
+ * `0.00001`), NaN and ±Infinity become `null`, and integers must fit 64 bits.
  *
  * @module
  */

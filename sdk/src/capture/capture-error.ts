@@ -15,7 +15,7 @@
  * - a wire value, fingerprint input or generation-cut receipt is invalid.
  */
 export type CaptureErrorReason =
-  // begin_call (contract §8.2), in check order
+  // begin_call, in check order
   | "invalid_admission"
   | "streaming_unsupported"
   | "invalid_prefix"
@@ -40,7 +40,7 @@ export type CaptureErrorReason =
   | "invalid_fingerprint_input"
   | "not_durable_prefix"
   | "foreign_capture_key"
-  // generation-cut receipt against the inventory sent (contract §7.7)
+  // generation-cut receipt against the inventory sent
   | "receipt_inventory_mismatch"
   | "receipt_coverage_mismatch"
   | "receipt_identity_mismatch";

@@ -1,5 +1,5 @@
 /**
- * What a replacement call continues from (contract §7.3, §7.5–§7.7): the continuation a capture
+ * What a replacement call continues from (see docs/policy-model.md): the continuation a capture
  * admission carries, the cut record the checkpoint stores, and the output budget left.
  *
  * @module
@@ -90,7 +90,7 @@ export const GenerationCutRecordSchema = z.strictObject({
 /** A durable prefix of an undelivered call and the request it answers. */
 export type GenerationCutRecord = z.output<typeof GenerationCutRecordSchema>;
 
-/** One undelivered call's cut in a gate snapshot (contract §3.7); the newest `admitted_at` wins. */
+/** One undelivered call's cut in a gate snapshot; the newest `admitted_at` wins. */
 export const EpisodeCutSchema = z.strictObject({
   capture_key: IdentifierSchema,
   record: GenerationCutRecordSchema,
@@ -100,7 +100,7 @@ export const EpisodeCutSchema = z.strictObject({
 export type EpisodeCut = z.output<typeof EpisodeCutSchema>;
 
 /**
- * The cut record of one acknowledged call (contract §7.3 step 7), built once when the receipt
+ * The cut record of one acknowledged call, built once when the receipt
  * arrives: the ack's evidence as the continuation, the source attempt's capture key, and the
  * conversation digest of the call's request items.
  *

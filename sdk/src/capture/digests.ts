@@ -1,5 +1,5 @@
 /**
- * Staging digests, schema 2 / digest 2 / extras 1 (contract §8.8): versioned, length-delimited
+ * Staging digests, schema 2 / digest 2 / extras 1: versioned, length-delimited
  * binary encodings hashed with SHA-256, byte-exact with the Python reference so a record staged
  * by one runtime verifies in the other.
  *

@@ -1,5 +1,5 @@
 /**
- * Conversation fingerprints, version 3 (contract §8.7): pure functions over request/response
+ * Conversation fingerprints, version 3: pure functions over request/response
  * items that identify a call's parent across the Chat, Responses and Anthropic dialects. Byte-exact
  * with the Python reference, which reads items with dict semantics (`.get`, truthiness, `str()`);
  * those reads are spelled out here with the same fallbacks.

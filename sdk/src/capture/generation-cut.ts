@@ -1,8 +1,8 @@
 /**
- * The generation-cut wire models (contract §7.7): the inventory a policy model server sends to
- * `POST /ng-control/v1/generation-cut`, the per-call acks and the receipt the worker answers with,
- * and the check that a receipt answers exactly the inventory sent. Field names match the worker
- * endpoint NeMo RL implements; every model refuses unknown fields.
+ * The generation-cut wire models (see docs/policy-model.md): the inventory a policy model server
+ * sends to `POST /ng-control/v1/generation-cut`, the per-call acks and the receipt the worker
+ * answers with, and the check that a receipt answers exactly the inventory sent. Field names match
+ * the worker endpoint NeMo RL implements; every model refuses unknown fields.
  *
  * @module
  */

@@ -1,7 +1,7 @@
 /**
  * Python's `json.loads` for text whose numbers must keep their Python type: `1.0` stays a float
  * ({@link PyFloat}), `1` stays an int, `10**30` stays exact (a `bigint`). `JSON.parse` loses that
- * distinction, and the fingerprints re-serialize parsed tool arguments (contract §8.7), where
+ * distinction, and the fingerprints re-serialize parsed tool arguments, where
  * `{"x": 1.0}` and `{"x": 1}` hash differently.
  *
  * @module

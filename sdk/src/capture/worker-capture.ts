@@ -1,9 +1,10 @@
 /**
- * The worker-side capture core, `RolloutTokenCapture` (contract §8.2–§8.6): engine-neutral and
- * transport-free. An inference worker begins each admitted call, builds its staged record, stages
- * it through the training framework's sink before the response returns (fail-closed ordering), and
- * answers with commit coordinates. For generation cuts it snapshots a live call without completing
- * it and continues a restored prefix after checking it against the replacement's admission.
+ * The worker-side capture core, `RolloutTokenCapture` (see docs/policy-model.md): engine-neutral
+ * and transport-free. An inference worker begins each admitted call, builds its staged record,
+ * stages it through the training framework's sink before the response returns (fail-closed
+ * ordering), and answers with commit coordinates. For generation cuts it snapshots a live call
+ * without completing it and continues a restored prefix after checking it against the replacement's
+ * admission.
  *
  * @module
  */

@@ -1,8 +1,8 @@
 /**
- * Coordination: the functions a training controller calls to checkpoint a deployment
- * (spec core §9). Each is safe to retry with the same checkpoint ID. Stages run in the contract's
- * order; within a stage every participant is called at once; each fan-out body is encoded once
- * and the same bytes go to every participant.
+ * Coordination: the functions a training controller calls to checkpoint a deployment (see
+ * docs/controller.md). Each is safe to retry with the same checkpoint ID. Stages run in the
+ * contract's order; within a stage every participant is called at once; each fan-out body is
+ * encoded once and the same bytes go to every participant.
  *
  * @see docs/controller.md
  */
@@ -455,7 +455,7 @@ export async function restore(
  * Whether a failed restore installed nothing anywhere: every member answered with a refusal
  * (a 4xx reply), none of them `deadline_exceeded` (whose install may still be running). A
  * participant that refuses a restore changes nothing but the retired marks of the checkpointed
- * attempts (spec core §4.8), and its install is all or nothing.
+ * attempts, and its install is all or nothing.
  */
 function refusedEverywhere(error: unknown, members: readonly Member[]): boolean {
   if (!(error instanceof CoordinationError)) return false;

@@ -73,7 +73,7 @@ interface StoredResult {
   readonly reply: unknown;
 }
 
-/** The write of one checkpoint: one export, one writer, one cleanup (spec core §4.7.1). */
+/** The write of one checkpoint: one export, one writer, one cleanup. */
 interface WriteState<R extends RecordBase> {
   readonly checkpointId: string;
   readonly dir: string;
@@ -111,9 +111,9 @@ function swallow(promise: Promise<unknown>): void {
 }
 
 /**
- * The checkpoint control plane of one participant (spec core §4): the phase machine, fencing,
- * replay of completed operations, the lease, and the commit/restore storage flow. Free of HTTP:
- * the express router hands it `(operation, body)` through {@link dispatch}.
+ * The checkpoint control plane of one participant (see docs/control-plane.md): the phase machine,
+ * fencing, replay of completed operations, the lease, and the commit/restore storage flow. Free of
+ * HTTP: the express router hands it `(operation, body)` through {@link dispatch}.
  *
  * ## Ordering
  * Transitions are serialized by one FIFO mutex, never held across the readiness wait of a
@@ -516,8 +516,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   }
 
   /**
-   * Drops the retired marks of finished rollouts; outside checkpoints. Bounded by the deadline
-   * (spec core §4.9): a forget that only gets its turn (behind a retire holding the lock) after
+   * Drops the retired marks of finished rollouts; outside checkpoints. Bounded by the deadline:
+   * a forget that only gets its turn (behind a retire holding the lock) after
    * the deadline, or arrives past it, is 409 `deadline_exceeded` and drops nothing.
    */
   async forget(request: ForgetRequest): Promise<ForgetReply> {
@@ -637,7 +637,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.#clearLease();
   }
 
-  /** Starts or joins this checkpoint's write, refusing what §4.7 refuses. Under the lock. */
+  /** Starts or joins this checkpoint's write, refusing what a commit refuses. Under the lock. */
   #joinWrite(request: CommitRequest): WriteState<R> {
     const id = request.checkpoint_id;
     const scopeKey = scopeKeyOf(request.episode_ids);
@@ -733,7 +733,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     return task;
   }
 
-  /** Resume's reopen (spec core §4.11 step 4); throws `deadline_exceeded` changing nothing. */
+  /** Resume's reopen; throws `deadline_exceeded` changing nothing. */
   async #reopen(id: string, deadlineTs: number): Promise<void> {
     const write = this.#write !== null && this.#write.checkpointId === id ? this.#write : null;
     if (write !== null) {

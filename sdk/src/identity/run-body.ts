@@ -10,7 +10,7 @@ import {
 /**
  * Why a `/run` body's rollout fields are refused: 400 `invalid_rollout_id` (the agent's legacy
  * `/run`); the environment server answers the same refusal as 422 `invalid_request` naming
- * `field` (spec environment §4.1).
+ * `field` (see docs/environment-server.md).
  */
 export class InvalidRunRolloutError extends EpisodeError {
   override name = "InvalidRunRolloutError";
@@ -46,7 +46,7 @@ function indexValue(name: string, value: unknown): number | null {
  * The episode a `/run` body names, or null when it names none (no explicit ID and an index
  * missing).
  *
- * Rules (spec core §1.4):
+ * Rules (see docs/concepts.md):
  * - `_ng_rollout_id` must be a string matching `^[A-Za-z0-9][A-Za-z0-9._-]*$`; it is never
  *   sanitized. It may end in `-a<N>`, naming attempt N (how a controller sends a replacement).
  * - Without it the rollout ID is `"<task>-<rollout>"` from `_ng_task_index` and

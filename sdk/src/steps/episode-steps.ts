@@ -1,6 +1,6 @@
 /**
- * Episode steps (spec core §10): the bookkeeping every owner of an episode protocol shares.
- * An episode records a boundary after each completed step; a checkpoint can be cut at a
+ * Episode steps (see docs/episode-steps.md): the bookkeeping every owner of an episode protocol
+ * shares. An episode records a boundary after each completed step; a checkpoint can be cut at a
  * boundary, or inside a step that is safe to run again.
  *
  * @see docs/concepts.md
@@ -193,7 +193,7 @@ class Episode {
  *   },
  * });
  * @see docs/concepts.md
- * @see spec core §10 (episode steps)
+ * @see docs/episode-steps.md
  */
 export class EpisodeSteps {
   readonly #episodes = new Map<string, Episode>();

@@ -31,7 +31,7 @@ function writeSorted(value: JsonValue, indent: string): string {
 }
 
 /**
- * Serializes a manifest the way the reference does (sorted keys, indent 1, no trailing
+ * Serializes a manifest in the store's fixed layout (sorted keys, indent 1, no trailing
  * newline). Only standard JSON is allowed (the manifest is read back with `JSON.parse`).
  *
  * @throws {@link NotJsonError} for a value standard JSON cannot hold exactly (NaN, ±Infinity,

@@ -1,5 +1,6 @@
 /**
- * Wire schemas of the control routes under `/ng-control/v1/checkpoint` (spec core §3, §6.1).
+ * Wire schemas of the control routes under `/ng-control/v1/checkpoint` (see
+ * docs/control-plane.md).
  * Every request forbids unknown properties. Types come from `z.infer`; the OpenAPI document is
  * generated from these same schemas.
  */

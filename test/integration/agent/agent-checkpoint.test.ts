@@ -1,6 +1,6 @@
 /**
- * The AgentServer base in checkpoints, over HTTP with the real control routes (spec agent §3,
- * §5, §6): parking at boundaries, held model replies, seeds and closes around an open
+ * The AgentServer base in checkpoints, over HTTP with the real control routes (see
+ * docs/agent.md): parking at boundaries, held model replies, seeds and closes around an open
  * checkpoint, carried restarts, retire, legacy `/run`, and commit → restore into a fresh server
  * → resume with the replacement continuing and the replaced attempt refused.
  */
@@ -407,7 +407,7 @@ describe("legacy /run", () => {
     const loop = await activate(url, null, { prefix: "job", index: 1 }).expect(200);
     expect(loop.body).toMatchObject({ session: "run:job", invocation_id: "root" });
     // A legacy /run has no observation bundle: its loop's indexed reply keeps the trajectory,
-    // which the run attaches to its result (spec agent §9.8).
+    // which the run attaches to its result.
     expect(loop.body).toHaveProperty("_ng_trajectory");
     expect(agent.loops[0]).toMatchObject({ sessionKey: "run:job", tracked: true });
     const prepared = track(prepare(url, "c1"));

@@ -1,5 +1,5 @@
 /**
- * The AgentServer base over HTTP (spec agent §2, §3, §6, §7): seed validation and idempotence,
+ * The AgentServer base over HTTP (see docs/agent.md): seed validation and idempotence,
  * the session cookie, activation prefix and attempt checks, activation idempotence, close
  * receipts and their window, close stopping the activation, direct calls as restarts, startup
  * refusals and the restart-only agent.

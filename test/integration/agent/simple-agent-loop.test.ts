@@ -1,5 +1,5 @@
 /**
- * The Simple Agent's turn loop in detail (spec agent §9.3, §9.5, §9.6): tool-call edge cases,
+ * The Simple Agent's turn loop in detail: tool-call edge cases,
  * how a loop stops, usage, cookies, the model path, and metrics. Mostly checkpointing off and
  * session-less calls, which run the same loop without a participant.
  */

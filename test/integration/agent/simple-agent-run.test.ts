@@ -1,5 +1,5 @@
 /**
- * The Simple Agent's legacy `/run` (spec agent §9.8): seed → loop → verify → return against the
+ * The Simple Agent's legacy `/run`: seed → loop → verify → return against the
  * reference counter and weather servers and a scriptable fake resources server, checkpointed
  * through the real control routes. A proxy in front of the agent's own URL holds the
  * self-dispatched turn loop's reply, so a checkpoint can open after the loop replied but before

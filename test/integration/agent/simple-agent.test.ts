@@ -1,5 +1,5 @@
 /**
- * The Simple Agent's sessions over HTTP (spec agent §9): direct-grant tool calls against the
+ * The Simple Agent's sessions over HTTP: direct-grant tool calls against the
  * reference counter, invocation ids across restores, boundary contents, continuing a restored
  * loop, stored replies and the resources jar. Checkpoints go through the real control routes;
  * restores go into fresh server instances.

@@ -179,16 +179,13 @@ describe("/run", () => {
       { episode_id: { rollout_id: "x", attempt: 0 }, _ng_rollout_id: "y" },
       "episode_id",
     ],
-  ])(
-    "answers %s with 422 invalid_request naming the field (spec environment 4.1)",
-    async (_what, fields, field) => {
-      const { url } = await serve();
-      const res = await run(url, fields);
-      expect(res.status, JSON.stringify(res.body)).toBe(422);
-      expect(res.body.error.code).toBe("invalid_request");
-      expect(res.body.error.issues.map((i: { path: string[] }) => i.path)).toEqual([[field]]);
-    },
-  );
+  ])("answers %s with 422 invalid_request naming the field", async (_what, fields, field) => {
+    const { url } = await serve();
+    const res = await run(url, fields);
+    expect(res.status, JSON.stringify(res.body)).toBe(422);
+    expect(res.body.error.code).toBe("invalid_request");
+    expect(res.body.error.issues.map((i: { path: string[] }) => i.path)).toEqual([[field]]);
+  });
 
   it("refuses a reserved suffix in episode_id and unknown keys with 422", async () => {
     const { url } = await serve();
@@ -634,7 +631,7 @@ describe("a retire cut short", () => {
   });
 });
 
-describe("config (spec environment §3.1)", () => {
+describe("config", () => {
   /** Its verify step waits on a gate, or until the episode's signal fires. */
   class Bounded extends EnvironmentServer {
     static override checkpointBoundaries = true;

@@ -1,5 +1,5 @@
 /**
- * The cleanup entries `single_agent_turn` registers (spec environment §6, cleanup registry):
+ * The cleanup entries `single_agent_turn` registers (see docs/environment-server.md):
  * idempotent once successful, retried after a failure, concurrent closes serialized.
  */
 import { describe, expect, it } from "vitest";

@@ -1,8 +1,8 @@
 /**
  * The `single_agent_turn` reference environment server over HTTP, against scripted fake
  * resources and agent servers, with the real control routes: the calls of each stage and their
- * correlation (spec environment §8.5–§8.9), the failure matrix (§8.11), restarts, checkpoint
- * interplay (§8.12), continuation from every stage boundary (§8.7) and lazy boundaries (§8.8).
+ * correlation, the failure matrix, restarts, checkpoint interplay, continuation from every stage
+ * boundary and lazy boundaries (see docs/environment-server.md).
  */
 import request from "supertest";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -43,7 +43,7 @@ const TASK = {
 };
 const R0 = { rollout_id: "r", attempt: 0 };
 
-/** The name of each call, as spec environment §8.7 and §8.11 write them. */
+/** The name of each call, as the tests below write them. */
 const LABELS: Record<string, string> = {
   "/seed_session": "seed",
   "/v1/agent_sessions": "agent seed",
@@ -156,7 +156,7 @@ function allCalls(key?: string): FakeCall[] {
     .sort((a, b) => a.seq - b.seq);
 }
 
-/** The calls as §8.7 names them. */
+/** The calls, by name (see {@link LABELS}). */
 function labels(key?: string): string[] {
   return allCalls(key).map((call) => LABELS[call.route] ?? call.route);
 }
@@ -173,7 +173,7 @@ function exported(server: SingleAgentTurnServer, key = "r") {
 }
 
 describe("the happy path", () => {
-  it("makes exactly the first row of §8.7's calls, in order, under the rollout prefix", async () => {
+  it("makes exactly every stage's calls, in order, under the rollout prefix", async () => {
     const response = fakeResponse("resp-fixed", "4");
     agent.settings.response = response;
     const { url } = await serve();
@@ -322,7 +322,7 @@ describe("validation and startup", () => {
   });
 });
 
-describe("the failure matrix (§8.11)", () => {
+describe("the failure matrix", () => {
   const upToClose = ["seed", "agent seed", "activation", "agent close"];
   const response = fakeResponse("resp-partial");
   const observations = { transcript: ["closed"] };
@@ -603,7 +603,7 @@ describe("restarts", () => {
   });
 });
 
-describe("checkpoint interplay (§8.12)", () => {
+describe("checkpoint interplay", () => {
   it("opened during seeding: ready at once, exports next seed with empty cookies", async () => {
     const hold = resources.hold("/seed_session");
     const { server, url } = await serve();
@@ -669,7 +669,7 @@ describe("checkpoint interplay (§8.12)", () => {
   });
 });
 
-describe("continuation from each stage boundary (§8.7)", () => {
+describe("continuation from each stage boundary", () => {
   interface Source {
     readonly dir: string;
     readonly snapshot: Map<string, FakeSession>;
@@ -807,7 +807,7 @@ describe("continuation from each stage boundary (§8.7)", () => {
   });
 });
 
-describe("lazy boundaries (§8.8)", () => {
+describe("lazy boundaries", () => {
   interface Recorded {
     readonly lazy: boolean;
     built: number;

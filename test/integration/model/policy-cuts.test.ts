@@ -1,5 +1,5 @@
 /**
- * Generation cuts, commit, crash and restore (spec policy-model §4, §6, §7), with the policy
+ * Generation cuts, commit, crash and restore (see docs/policy-model.md), with the policy
  * model server in front of the real fake inference backend. A "crash" closes the policy server
  * without resume; the fake backend (its token store) and the capture directory survive, and a
  * fresh policy server on the same directory restores.

@@ -1,6 +1,6 @@
 /**
  * Held responses, deferred row publication, calls that wait at closed admission, and the ledger
- * control routes during a checkpoint (spec policy-model §3, §5.3, §5.6, §6.1, §12 items 1-3, 7),
+ * control routes during a checkpoint (see docs/policy-model.md),
  * with the policy model server in front of the real fake inference backend.
  */
 import { mkdir } from "node:fs/promises";

@@ -1,6 +1,6 @@
 /**
  * The policy model server in front of the real fake inference backend: token lineage across the
- * calls of one rollout (spec policy-model §2, §5.2, §8.1), untagged calls, malformed rollout
+ * calls of one rollout, untagged calls, malformed rollout
  * prefixes, and streaming refused under worker-owned capture.
  */
 import request from "supertest";

@@ -1,5 +1,5 @@
 /**
- * A rollout ID has no maximum length (spec core §1.1): a policy model server captures, commits,
+ * A rollout ID has no maximum length: a policy model server captures, commits,
  * restores, retires and forgets a 300-character rollout exactly like a short one, and its ledger
  * and token store hold it under file names that fit the file system.
  */

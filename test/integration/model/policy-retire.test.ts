@@ -1,8 +1,8 @@
 /**
- * Checkpoint retire and forget on the policy model server (spec policy-model §3.1, §3.6, §4,
- * §5.4, §5.5): a running call of the retired attempt is stopped with `stale_attempt`, the
- * ledgers of attempts 0..N are fenced, later calls are refused until forget, untagged calls are
- * left alone, and a call waiting at closed admission after a restore is refused at once.
+ * Checkpoint retire and forget on the policy model server: a running call of the retired attempt is
+ * stopped with `stale_attempt`, the ledgers of attempts 0..N are fenced, later calls are refused
+ * until forget, untagged calls are left alone, and a call waiting at closed admission after a
+ * restore is refused at once.
  */
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";

@@ -3,7 +3,7 @@
  * `policy_model_reasoning_off` do), in front of one fake inference backend: neither checkpoint
  * holds the row of a call the other server has not delivered, and a restored attempt one server
  * started keeps its ledger when the other server's commit leaves it out of scope (the started
- * marker; #3883 "What changed").
+ * marker).
  */
 import { afterEach, describe, expect, it } from "vitest";
 import {

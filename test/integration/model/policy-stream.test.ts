@@ -1,10 +1,9 @@
 /**
- * Streaming responses (`stream: true` without capture) through the policy gate (spec
- * policy-model §3.3, §12 items 1-2): a response starts only with its first data chunk, so
- * headers and keep-alive comments neither reach the client early nor block a prepare; a stream
- * that has produced only keep-alives when a checkpoint opens is held until resume; a stream whose
- * answer already started is the one thing prepare waits for, and it finishes while admission is
- * closed.
+ * Streaming responses (`stream: true` without capture) through the policy gate: a response starts
+ * only with its first data chunk, so headers and keep-alive comments neither reach the client early
+ * nor block a prepare; a stream that has produced only keep-alives when a checkpoint opens is held
+ * until resume; a stream whose answer already started is the one thing prepare waits for, and it
+ * finishes while admission is closed.
  *
  * The fake backend's event stream opens with a `: keep-alive` comment and a role chunk with empty
  * content; a held call blocks after half its tokens, so a one-word answer blocks right after the

@@ -1,5 +1,5 @@
 /**
- * The resources checkpoint rules of #3886's Validation list, over HTTP through the real control
+ * The resources checkpoint rules (see docs/resources-server.md), over HTTP through the real control
  * routes. Synchronisation is by deferreds (handlers that park on a gate) and bounded polls.
  */
 import http from "node:http";

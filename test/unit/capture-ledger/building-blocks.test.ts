@@ -1,6 +1,6 @@
 /**
- * The ledger's building blocks: file names and their parsing (spec §5.1), key batches, the
- * rollout index of one directory listing (§6.3 step 7), the per-key lock, and the synchronous
+ * The ledger's building blocks: file names and their parsing, key batches, the rollout index
+ * of one directory listing, the per-key lock, and the synchronous
  * file operations of a batch.
  */
 import { readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";

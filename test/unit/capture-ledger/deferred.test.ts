@@ -1,5 +1,5 @@
 /**
- * The file work an import defers (policy-model spec §6.3 steps 7 and 10): target ledgers are
+ * The file work an import defers: target ledgers are
  * written and fenced source ledgers deleted after the import returns, yet every operation on a
  * key behaves as if that work had run inside the import, and `settleDeferred` leaves exactly the
  * files an eager import would have.

@@ -1,5 +1,5 @@
 /**
- * What the ledger makes durable and in which order (policy-model spec §5.2, §5.5, §6.3, §6.4):
+ * What the ledger makes durable and in which order:
  * file and directory fsyncs, their count per batch, the one directory listing of an import, and
  * a delete that runs between a retire's fence and its removal. Real files in real temporary
  * directories; `fsyncDir` and `node:fs/promises` are wrapped to record and intercept.

@@ -1,5 +1,5 @@
 /**
- * Property of restore import (policy-model spec §6.3): whatever files dead executions left —
+ * Property of restore import: whatever files dead executions left —
  * for the restored rollouts, their look-alikes (`r1`, `r-a1x` beside `r`) and others — after
  * one import batch each target's rows are exactly the given rows in order, stamped; no file of
  * an attempt at or after the target remains but the target's ledger; the source attempts

@@ -1,5 +1,5 @@
 /**
- * Restore import (policy-model spec §6.3 steps 6, 7 and 10): stamping, clearing what dead
+ * Restore import: stamping, clearing what dead
  * executions left for the target attempt and later ones of the same rollout only, writing
  * exactly the checkpointed rows, retiring the source attempts, and restoring the same
  * checkpoint again. Fsync and listing counts are in `durability.test.ts`.

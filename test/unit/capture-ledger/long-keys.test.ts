@@ -1,5 +1,5 @@
 /**
- * Rollout IDs have no maximum length (spec core §1.1), but file names do (255 bytes): a key whose
+ * Rollout IDs have no maximum length, but file names do (255 bytes): a key whose
  * plain name would not fit gets a digest name, and every ledger operation (record, manifest,
  * retire, delete, started markers, restore import) works on it as on a short key. Short keys keep
  * their plain names.

@@ -1,6 +1,6 @@
 /**
- * Rows as a RolloutManifest (policy-model spec §5.6), the row → record conversion (§8.5) and the
- * capture-key stamping of carried-over rows (§6.3 step 6).
+ * Rows as a RolloutManifest, the row → record conversion and the capture-key stamping of
+ * carried-over rows.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {

@@ -1,5 +1,5 @@
 /**
- * Ledger retire and delete (policy-model spec §5.5): batch validation, de-duplication, the
+ * Ledger retire and delete: batch validation, de-duplication, the
  * result, fences and what they refuse, late writes, crashes that leave a fence beside a ledger,
  * and `retireLedgers`. The fsync order of these operations is in `durability.test.ts`.
  */

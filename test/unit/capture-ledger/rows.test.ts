@@ -1,5 +1,5 @@
 /**
- * Writing and reading rows (policy-model spec §5.1, §5.2, §6.1): the line format, write-once
+ * Writing and reading rows: the line format, write-once
  * per model call, failure rows, key validation, the per-key cache, visibility across instances
  * sharing a directory, and export minus undelivered calls.
  */

@@ -1,5 +1,5 @@
 /**
- * Started markers and `deleteUnstarted` (policy-model spec §6.4, [seeds]): the marker is
+ * Started markers and `deleteUnstarted`: the marker is
  * created exclusively, survives a new instance over the same directory, is shared by every
  * server on it, keeps a started attempt's ledger, and goes with the attempt's ledger.
  */

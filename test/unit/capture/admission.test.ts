@@ -1,4 +1,4 @@
-/** CaptureAdmission (contract §8.1): the token_in and text rules, strict types. */
+/** CaptureAdmission: the token_in and text rules, strict types. */
 import { describe, expect, it } from "vitest";
 import { CaptureAdmissionSchema } from "../../../sdk/src/capture/admission.js";
 import { childAdmission, hex, textAdmission } from "./helpers.js";

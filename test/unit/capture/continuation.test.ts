@@ -1,4 +1,4 @@
-/** GenerationCutContinuation, the cut record, EpisodeCut and the output budget (contract §7). */
+/** GenerationCutContinuation, the cut record, EpisodeCut and the output budget. */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {

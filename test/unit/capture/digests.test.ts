@@ -1,5 +1,5 @@
 /**
- * Staging digests (contract §8.8). Known answers are computed here from the byte layout with an
+ * Staging digests. Known answers are computed here from the byte layout with an
  * independent Buffer-based builder, so a wrong field order, width or endianness fails.
  */
 import fc from "fast-check";

@@ -1,5 +1,5 @@
 /**
- * Fingerprints v3 (contract §8.7). Known answers are hashed here field by field (tag byte, u64
+ * Fingerprints v3. Known answers are hashed here field by field (tag byte, u64
  * big-endian length, UTF-8), so a wrong tag, order or length encoding fails.
  */
 import fc from "fast-check";

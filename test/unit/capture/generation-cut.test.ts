@@ -1,4 +1,4 @@
-/** Generation-cut wire models and the receipt-versus-inventory check (contract §7.7). */
+/** Generation-cut wire models and the receipt-versus-inventory check. */
 import { createHash } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-/** Staged records, stage results, commit coordinates and manifest rows (contract §8.5, §8.6). */
+/** Staged records, stage results, commit coordinates and manifest rows. */
 import { describe, expect, it } from "vitest";
 import {
   EMPTY_EXTRAS_DIGEST,

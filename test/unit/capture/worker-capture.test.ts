@@ -1,5 +1,5 @@
 /**
- * RolloutTokenCapture (contract §8.2–§8.6): beginCall's checks in order, the record builders, and
+ * RolloutTokenCapture: beginCall's checks in order, the record builders, and
  * completion. Generation-cut scenarios stage a prefix from a live call, then continue it in a
  * replacement attempt.
  */

@@ -1,5 +1,5 @@
 /**
- * Spec core §4.7 and §4.7.1 (commit): the export, the write, the cleanup of unscoped restored
+ * Commit (see docs/control-plane.md): the export, the write, the cleanup of unscoped restored
  * state, `stop`, and the one-export-per-checkpoint rules. Real temporary directories.
  */
 import { readFile, writeFile } from "node:fs/promises";

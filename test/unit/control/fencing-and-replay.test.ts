@@ -1,5 +1,6 @@
 /**
- * Spec core §4.2 (fencing order, remembered resumed IDs) and §4.3 (idempotent replay).
+ * Fencing (fencing order, remembered resumed IDs) and idempotent replay; see
+ * docs/control-plane.md.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { REMEMBERED_RESUMED_IDS } from "../../../sdk/src/control/control-plane.js";

@@ -1,5 +1,6 @@
 /**
- * Spec core §4.5 (prepare): closing admission, the readiness wait outside the lock, the reply.
+ * Prepare (see docs/control-plane.md): closing admission, the readiness wait outside the lock, the
+ * reply.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControlPlane } from "../../../sdk/src/control/control-plane.js";

@@ -1,5 +1,5 @@
 /**
- * Spec core §4.8 step 5: a restore waits for any previous install still running, whatever
+ * Restore: a restore waits for any previous install still running, whatever
  * that install's outcome. The wait follows real file I/O (the read), so this file observes the
  * control plane's bounded waits to know when the second restore has reached it.
  */

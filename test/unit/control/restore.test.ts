@@ -1,6 +1,6 @@
 /**
- * Spec core §4.8 (restore): retired marks, the scoped read, install as next attempts, and the
- * reopen rules after a failed restore. Real temporary directories.
+ * Restore (see docs/control-plane.md): retired marks, the scoped read, install as next attempts,
+ * and the reopen rules after a failed restore. Real temporary directories.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RestoreReply } from "../../../sdk/src/wire/storage.js";

@@ -1,6 +1,6 @@
 /**
- * Spec core §4.11 (resume: stopping the write, cancelling the export, waiting for the cleanup)
- * and §4.10 (the lease: renewal, expiry, the 30 s retry).
+ * Resume (stopping the write, cancelling the export, waiting for the cleanup) and the lease
+ * (renewal, expiry, the 30 s retry); see docs/control-plane.md.
  */
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";

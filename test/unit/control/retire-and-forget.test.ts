@@ -1,5 +1,6 @@
 /**
- * Spec core §4.9 (retire and forget, outside a checkpoint only) and the retire parts of §4.8.
+ * Retire and forget (outside a checkpoint only) and the retire parts of restore; see
+ * docs/control-plane.md.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControlPlane, STOP_CONCURRENCY } from "../../../sdk/src/control/control-plane.js";

@@ -1,6 +1,6 @@
 /**
- * Spec core §3.2 / §4.4 (status) and the dispatcher: every route's body is validated once, and
- * invalid bodies become 422 `invalid_request` naming each problem by path (spec core §2).
+ * Status and the dispatcher: every route's body is validated once, and invalid bodies become
+ * 422 `invalid_request` naming each problem by path (see docs/errors.md).
  */
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";

@@ -10,7 +10,7 @@ import {
   UnauthorizedError,
 } from "../../../sdk/src/errors.js";
 
-/** The codes and statuses of spec core §5 plus the participant-specific ones it names. */
+/** The codes and statuses of the checkpoint contract, participant-specific ones included. */
 const SPEC_CODES: Record<string, number> = {
   checkpoint_error: 409,
   stale_checkpoint: 409,

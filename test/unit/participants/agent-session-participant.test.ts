@@ -1,5 +1,5 @@
 /**
- * The agent session participant, transport-free (spec agent §5): session states and parking,
+ * The agent session participant, transport-free (see docs/agent.md): session states and parking,
  * policy calls counted at their boundary, lazy snapshots, export scope, carried restarts,
  * seeds in progress, retire and close (each cancelling once), restore and unclaimed restored
  * sessions, and notifications.

@@ -1,5 +1,5 @@
 /**
- * The policy gate, transport-free (spec policy-model §3): admission and waiting calls, held
+ * The policy gate, transport-free (see docs/policy-model.md): admission and waiting calls, held
  * responses, readiness, the cut round's selection, and the gate part of retire.
  */
 import { describe, expect, it } from "vitest";

@@ -1,5 +1,5 @@
 /**
- * The policy model participant, transport-free (spec policy-model §4, §6, §7.5, §12): readiness,
+ * The policy model participant, transport-free (see docs/policy-model.md): readiness,
  * export and the commit reply, install, restored attempts (`delete_restored`, started markers),
  * retire, and restored generation cuts. Ledgers are real file ledgers in a temporary directory;
  * some cases drive the participant through the generic control plane.

@@ -1,6 +1,6 @@
 /**
- * Spec core §10.3 (episode deadlines): time parked for a checkpoint, or spent in a replay step
- * during one, does not count; a wait step's time does. Clocks are fake.
+ * Episode deadlines (see docs/episode-steps.md): time parked for a checkpoint, or spent in a replay
+ * step during one, does not count; a wait step's time does. Clocks are fake.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {

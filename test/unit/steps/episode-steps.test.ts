@@ -1,6 +1,6 @@
 /**
- * Spec core §10 (episode steps): blocking, boundaries, wait and replay steps, restarts, retire,
- * exports and notifications. Episodes are driven by hand through deferreds; nothing sleeps.
+ * Episode steps (see docs/episode-steps.md): blocking, boundaries, wait and replay steps, restarts,
+ * retire, exports and notifications. Episodes are driven by hand through deferreds; nothing sleeps.
  */
 import { describe, expect, it, vi } from "vitest";
 import { EpisodeError } from "../../../sdk/src/errors.js";

@@ -1,8 +1,8 @@
 /**
  * Law: over random sequences of begin, boundary, wait/replay steps (succeeding or failing),
- * checkpoint close/open, restart marks, cut-short retires and ends, the runner agrees with a
- * small reference model of spec core §10 on blockerCount, blockers, exported, restarts and each
- * episode's state.
+ * checkpoint close/open, restart marks, cut-short retires and ends, the runner agrees with a small
+ * reference model of the episode-step rules (docs/episode-steps.md) on blockerCount, blockers,
+ * exported, restarts and each episode's state.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";

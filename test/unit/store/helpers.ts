@@ -1,5 +1,5 @@
 /**
- * Shared helpers of the checkpoint store tests (spec core §7): real temporary directories,
+ * Shared helpers of the checkpoint store tests (see docs/storage.md): real temporary directories,
  * records, hand-planted checkpoints and typed-error assertions.
  */
 import { createHash } from "node:crypto";

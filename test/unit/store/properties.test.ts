@@ -1,5 +1,5 @@
 /**
- * Property tests of the checkpoint store (spec core §7, §8.3):
+ * Property tests of the checkpoint store (see docs/storage.md):
  * - every JSON payload either round-trips through a commit and a restore unchanged (same types,
  *   numbers equal by Object.is, same key order) or fails the commit with
  *   `invalid_checkpoint_state` naming its episode, leaving nothing behind;
@@ -128,7 +128,7 @@ class Opaque {
   readonly x = 1;
 }
 
-/** Values accepted nowhere in a record (§8.3: refused, or failing the commit by episode). */
+/** Values accepted nowhere in a record (refused, or failing the commit by episode). */
 const notJsonArb: fc.Arbitrary<unknown> = fc
   .constantFrom<() => unknown>(
     () => new Date(0),
@@ -229,7 +229,7 @@ function sameJson(a: unknown, b: unknown): boolean {
 // Round trip
 // ---------------------------------------------------------------------------------------------
 
-describe("payload law (§8.3)", () => {
+describe("payload law", () => {
   it("every payload is restored unchanged, or fails its commit with invalid_checkpoint_state naming its episode", async () => {
     await fc.assert(
       fc.asyncProperty(payloadsArb, async (payloads) => {
@@ -463,7 +463,7 @@ async function readError(
   }
 }
 
-describe("corruption (§7.5)", () => {
+describe("corruption", () => {
   it("the untouched golden checkpoint reads back", async () => {
     const dir = freshDir();
     await plantGolden(dir, goldenRecords, goldenManifestText);

@@ -1,8 +1,8 @@
 /**
- * Spec core §7.5 (restore side of the checkpoint store): every corrupt manifest is a typed 422,
- * the records file is hashed, counted and parsed in one streaming pass, `episode_id` is checked
- * on every record, only in-scope records are validated and kept, and lines spanning the read
- * chunks are reassembled. Real temporary directories.
+ * The restore side of the checkpoint store (see docs/storage.md): every corrupt manifest is a typed
+ * 422, the records file is hashed, counted and parsed in one streaming pass, `episode_id` is
+ * checked on every record, only in-scope records are validated and kept, and lines spanning the
+ * read chunks are reassembled. Real temporary directories.
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -39,7 +39,7 @@ afterEach(async () => {
 const GOOD = lines(line("r"), line("s-a1", "[1,NaN]"), line("t"));
 const ZERO_DIGEST = "0".repeat(64);
 
-describe("manifest (§7.5 steps 1–6)", () => {
+describe("manifest", () => {
   it("a directory without manifest.json is a 422 'missing manifest'", async () => {
     await expectStateError(read(dir), "missing manifest");
     await mkdir(pdirOf(dir), { recursive: true });
@@ -161,7 +161,7 @@ describe("manifest (§7.5 steps 1–6)", () => {
   });
 });
 
-describe("records (§7.5 steps 7–11)", () => {
+describe("records", () => {
   it("reads back what the writer wrote", async () => {
     const written = [rec("r", { a: 1 }), rec("s-a1", [NaN, 2n ** 64n])];
     await writer(dir).write(written);

@@ -1,9 +1,9 @@
 /**
- * Spec core §7.4 as seen by the file system: which files and directories are fsynced and in
- * which order relative to the rename and the manifest link, how `stop()` interleaves with a
- * publication, racing publications, injected I/O failures and short writes. `node:fs/promises`
- * is wrapped (real files still written in real temporary directories) so every operation is
- * recorded and can be held or failed on demand.
+ * The commit's write order (see docs/storage.md) as seen by the file system: which files and
+ * directories are fsynced and in which order relative to the rename and the manifest link, how
+ * `stop()` interleaves with a publication, racing publications, injected I/O failures and short
+ * writes. `node:fs/promises` is wrapped (real files still written in real temporary directories) so
+ * every operation is recorded and can be held or failed on demand.
  */
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -109,7 +109,7 @@ function ioFailure(code: string): NodeJS.ErrnoException {
   return Object.assign(new Error(`${code}: injected`), { code });
 }
 
-describe("fsync and write order (§7.4 steps 4–9)", () => {
+describe("fsync and write order", () => {
   it("fsyncs the records file, <kind>, gym, <checkpoint_dir> and the manifest's temporary before publishing; the participant directory last", async () => {
     const manifest = await writer(dir).write(RECORDS);
     const events = trace();
@@ -292,7 +292,7 @@ describe("racing publications", () => {
   });
 });
 
-describe("I/O failures (§7.4 step 8)", () => {
+describe("I/O failures", () => {
   it.each([
     ["fsyncing the records file", "sync", ".records.jsonl."],
     ["fsyncing <kind>", "sync", `gym${path.sep}${KIND}`],

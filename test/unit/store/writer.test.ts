@@ -1,5 +1,5 @@
 /**
- * Spec core §7.1–§7.4 (commit side of the checkpoint store): layout, record lines, the manifest
+ * The commit side of the checkpoint store (see docs/storage.md): layout, record lines, the manifest
  * and its on-disk form, idempotent retries, conflicting commits, racing writers, stop, unsafe
  * names, unwritable directories and records that are not JSON. Real temporary directories.
  */
@@ -47,7 +47,7 @@ async function manifestText(pdir: string): Promise<string> {
   return await readFile(path.join(pdir, "manifest.json"), "utf8");
 }
 
-describe("layout (§7.1)", () => {
+describe("layout", () => {
   it("writes records-<sha256>.jsonl and manifest.json under <dir>/gym/<kind>/<instance> and nothing else", async () => {
     const manifest = await writer(dir).write(RECORDS);
     const pdir = pdirOf(dir);
@@ -72,7 +72,7 @@ describe("layout (§7.1)", () => {
   });
 });
 
-describe("record lines (§7.2)", () => {
+describe("record lines", () => {
   it("writes one compact JSON line per record, each terminated by a single newline", async () => {
     const manifest = await writer(dir).write(RECORDS);
     const bytes = await readFile(path.join(pdirOf(dir), manifest.records_file));
@@ -98,7 +98,7 @@ describe("record lines (§7.2)", () => {
   });
 });
 
-describe("manifest (§7.3)", () => {
+describe("manifest", () => {
   it("is written with sorted keys, indent 1 and no trailing newline, and names the file's SHA-256 and line count", async () => {
     const manifest = await writer(dir).write(RECORDS);
     const pdir = pdirOf(dir);
@@ -195,7 +195,7 @@ describe("manifest (§7.3)", () => {
   );
 });
 
-describe("retries and conflicts (§7.4 steps 7 and 10)", () => {
+describe("retries and conflicts", () => {
   it("a retried write of the same commit returns the manifest already there and leaves exactly two files", async () => {
     const w = writer(dir);
     const first = await w.write(RECORDS);
@@ -289,7 +289,7 @@ describe("retries and conflicts (§7.4 steps 7 and 10)", () => {
   });
 });
 
-describe("stop (§7.4 step 3 and the stop flag)", () => {
+describe("stop and the stop flag", () => {
   it("stop() before the write: 422 'was resumed before its write finished', no manifest, no temporary", async () => {
     const w = writer(dir);
     await w.stop();
@@ -326,7 +326,7 @@ describe("stop (§7.4 step 3 and the stop flag)", () => {
   });
 });
 
-describe("names and directories (§7.1, §7.4 step 8)", () => {
+describe("names and directories", () => {
   const UNSAFE = ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "-x", "_x", "a b", "a\n", "ü"];
 
   it.each(UNSAFE)("kind %j is refused as 'not a safe path component'", async (name) => {
@@ -376,7 +376,7 @@ describe("names and directories (§7.1, §7.4 step 8)", () => {
   );
 });
 
-describe("records that are not JSON (§7.2, §8.3)", () => {
+describe("records that are not JSON", () => {
   class Point {
     constructor(readonly x: number) {}
   }

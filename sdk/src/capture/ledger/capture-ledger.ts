@@ -60,7 +60,7 @@ export interface LedgerRemoval {
  */
 export type RecordOutcome = "appended" | "unchanged" | "discarded";
 
-/** One restored episode of an import batch (policy-model spec §6.3). */
+/** One restored episode of an import batch. */
 export interface LedgerImport {
   /** The replacement attempt's key, `<rollout>-a<T>`; its ledger becomes exactly `rows`. */
   readonly targetKey: string;
@@ -87,7 +87,7 @@ function isCode(error: unknown, code: string): boolean {
 /**
  * The file capture ledger of a policy model server: per capture key, the rows of its committed
  * and failed calls, and the files that retire, delete, restore and started markers leave
- * (policy-model spec §5, §6).
+ * (see docs/policy-model.md).
  *
  * ## Files
  * In `dir`, per capture key `<k>`: `<k>.lineage.jsonl` (the rows), `<k>.lineage.retired` (the
@@ -202,7 +202,7 @@ export class CaptureLedger {
   }
 
   /**
-   * The manifest of `key` (spec §5.6), records built by `toRecord` (default
+   * The manifest of `key`, records built by `toRecord` (default
    * `callRecordFromRow`); throws {@link RolloutRetiredError} when `key` is retired, since
    * an empty manifest would read as an attempt that made no calls.
    */
@@ -220,7 +220,7 @@ export class CaptureLedger {
   }
 
   /**
-   * The rows a commit exports for `key` (spec §6.1): every row except those of the calls in
+   * The rows a commit exports for `key`: every row except those of the calls in
    * `undelivered`, whose responses the client has not received.
    */
   async exportRows(key: string, undelivered: ReadonlySet<string>): Promise<LedgerRow[]> {
@@ -247,7 +247,7 @@ export class CaptureLedger {
   }
 
   /**
-   * Retires the ledgers of `keys` (spec §5.5): writes each key's fence (also for keys that
+   * Retires the ledgers of `keys`: writes each key's fence (also for keys that
    * never recorded), fsyncs the directory once, then deletes each ledger and started marker.
    * Afterwards {@link hasRows} and {@link manifest} throw {@link RolloutRetiredError} and late
    * writes are discarded. A key whose fence a concurrent {@link delete} removed in between has
@@ -319,7 +319,7 @@ export class CaptureLedger {
   }
 
   /**
-   * Installs a restore's ledgers in one batch (spec §6.3 steps 6, 7 and 10).
+   * Installs a restore's ledgers in one batch.
    *
    * ## Steps
    * 1. Validates the whole batch: valid keys, each target a later attempt of its source's
@@ -343,7 +343,7 @@ export class CaptureLedger {
    * the restore. The checkpoint is the durable copy of the rows (ledger files of an import are
    * never fsynced), and a crash before they are written is followed by another restore. The
    * fences are not deferred: other processes sharing the directory, and processes started after
-   * a crash, must see the source attempts retired (spec §5.5); they are cheap hard links.
+   * a crash, must see the source attempts retired; they are cheap hard links.
    */
   async importRecords(targets: readonly LedgerImport[]): Promise<LedgerImportResult> {
     const plans = planImport(targets);
@@ -407,7 +407,7 @@ export class CaptureLedger {
   }
 
   /**
-   * Marks `key` started (spec §6.4): creates `<k>.lineage.started` exclusively before the first
+   * Marks `key` started: creates `<k>.lineage.started` exclusively before the first
    * call of the attempt proceeds. Returns whether this call created it; a retired key is never
    * marked. Not fsynced: other servers only need to see it, and after a crash the next step is
    * a restore, which removes it.
@@ -491,7 +491,7 @@ export class CaptureLedger {
   }
 
   /**
-   * Deletes the ledger files of a restored attempt no server started (spec §6.4), leaving no
+   * Deletes the ledger files of a restored attempt no server started, leaving no
    * fence, since the controller may still run the attempt; returns false and changes nothing
    * when a started marker exists.
    */

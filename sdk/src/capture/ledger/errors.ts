@@ -1,12 +1,12 @@
 /**
- * The capture ledger's local errors (policy-model spec §5). None is a wire error by itself: the
+ * The capture ledger's local errors. None is a wire error by itself: the
  * ledger control routes answer an invalid key with 400 and a retired key with 410, and restore
  * wraps a refused import into a `checkpoint_error`.
  */
 
 /**
- * A capture key that names no episode (`r`, `r-aN`, spec §1.1), so no ledger file name may be
- * built from it. A batch holding one is refused whole, before anything changes.
+ * A capture key that names no episode (`r`, `r-aN`; see docs/concepts.md), so no ledger file name
+ * may be built from it. A batch holding one is refused whole, before anything changes.
  */
 export class InvalidLedgerKeyError extends Error {
   override readonly name = "InvalidLedgerKeyError";

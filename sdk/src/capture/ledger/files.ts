@@ -1,5 +1,5 @@
 /**
- * File names of the capture ledger directory (policy-model spec §5.1). Every name is built from
+ * File names of the capture ledger directory. Every name is built from
  * a validated capture key; a name that parses back yields that key and its episode.
  *
  * ## Long keys
@@ -24,7 +24,7 @@ export const CAPTURE_FILE_SUFFIXES = {
   ledger: ".lineage.jsonl",
   /** The fence: the attempt is retired and later writes are discarded. */
   fence: ".lineage.retired",
-  /** A call of the attempt reached a server (spec §6.4). */
+  /** A call of the attempt reached a server. */
   started: ".lineage.started",
   /** The local token store's records of the key. */
   tokens: ".tokens.jsonl",

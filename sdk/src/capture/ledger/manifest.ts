@@ -1,5 +1,5 @@
 /**
- * A ledger's rows as a `RolloutManifest` (policy-model spec §5.6): failure rows and custody rows
+ * A ledger's rows as a `RolloutManifest`: failure rows and custody rows
  * that cannot anchor verification become `failures`, the other custody rows `records`, and
  * lineage-only rows are left out.
  */
@@ -10,8 +10,8 @@ import type { LedgerRow } from "./row-codec.js";
 export const LEDGER_ROW_MISSING_RESPONSE_ID = "ledger_row_missing_response_id";
 
 /**
- * Failure reason of a custody row without `chain_hash` or `cumulative_hash`. The reference's
- * exact string was not recovered (spec §13 Q6); this one follows its sibling's pattern.
+ * Failure reason of a custody row without `chain_hash` or `cumulative_hash`. It follows the
+ * pattern of its sibling {@link LEDGER_ROW_MISSING_RESPONSE_ID}.
  */
 export const LEDGER_ROW_MISSING_CHAIN_HASH = "ledger_row_missing_chain_hash";
 
@@ -38,7 +38,7 @@ const truthy = (value: JsonValue | undefined): boolean =>
   value !== undefined && value !== null && value !== "" && value !== 0 && value !== false;
 
 /**
- * The `CallRecord` fields of a custody row (spec §8.5): the ledger's `staging_digest` is the
+ * The `CallRecord` fields of a custody row: the ledger's `staging_digest` is the
  * record's `digest` (the row's own `digest` is the lineage digest), empty fingerprints are
  * null and an absent `fingerprint_version` is 0. Pure: validation is the caller's.
  */

@@ -1,7 +1,7 @@
 /**
- * The ledger's line format (policy-model spec §5.2): one JSON object per line, keys sorted at
- * every level, compact separators (`,` and `:`), newline-terminated. Only standard JSON: the
- * reference reads lines with a plain JSON parser.
+ * The ledger's line format: one JSON object per line, keys sorted at every level, compact
+ * separators (`,` and `:`), newline-terminated. Only standard JSON, so that any plain JSON
+ * parser can read the lines.
  */
 import { NotJsonError, jsonValueNeedsExtended, type JsonValue } from "../../wire/json-value.js";
 import { CorruptLedgerError, InvalidLedgerRowError } from "./errors.js";

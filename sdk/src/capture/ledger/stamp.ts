@@ -2,11 +2,11 @@ import { withFields } from "../../util/with-fields.js";
 import type { LedgerRowInput } from "./row-codec.js";
 
 /**
- * Stamps the rows a restore carries over with the capture key they were staged under
- * (policy-model spec §6.3 step 6): every row with a `staging_key` and no `capture_key` gets
- * `capture_key = sourceKey`. Rows already stamped keep their stamp, so a chain of restores still
- * names the attempt that staged each call; failure and lineage-only rows have no staging key
- * and are returned as they are. The input rows are not modified.
+ * Stamps the rows a restore carries over with the capture key they were staged under: every row
+ * with a `staging_key` and no `capture_key` gets `capture_key = sourceKey`. Rows already stamped
+ * keep their stamp, so a chain of restores still names the attempt that staged each call; failure
+ * and lineage-only rows have no staging key and are returned as they are. The input rows are not
+ * modified.
  *
  * @example
  * stampRows([{ model_call_id: "c1", staging_key: "r/c1" }], "r");

@@ -1,6 +1,6 @@
 /**
- * The stored record of an agent session (spec agent §5.8) and the session hooks an agent with
- * checkpoint support implements (spec agent §8).
+ * The stored record of an agent session and the session hooks an agent with checkpoint support
+ * implements (see docs/agent.md).
  *
  * @module
  */
@@ -48,7 +48,7 @@ export interface RestoredAgentSession {
   readonly session: JsonValue;
 }
 
-/** The session hooks of an agent with checkpoint support (spec agent §8). */
+/** The session hooks of an agent with checkpoint support. */
 export interface AgentSessionHooks {
   /**
    * Describes every named session at once, as of the checkpoint (every session is parked): an

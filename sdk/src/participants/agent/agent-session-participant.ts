@@ -1,8 +1,8 @@
 /**
- * The checkpoint participant of an agent with session hooks (spec agent §5, as amended by
- * #3888): sessions idle, running or parked at a boundary; lazy boundary snapshots; seeds in
- * progress; legacy `/run` episodes on the SDK's {@link EpisodeSteps}; restored sessions
- * installed under the replacement attempt. Transport-free: the agent server drives it.
+ * The checkpoint participant of an agent with session hooks (see docs/agent.md): sessions idle,
+ * running or parked at a boundary; lazy boundary snapshots; seeds in progress; legacy `/run`
+ * episodes on the SDK's {@link EpisodeSteps}; restored sessions installed under the replacement
+ * attempt. Transport-free: the agent server drives it.
  *
  * @see docs/agent.md
  * @module
@@ -36,7 +36,7 @@ import {
 } from "./agent-records.js";
 import { compareStrings } from "../../util/compare-strings.js";
 
-/** Where a session is (spec agent §5.1). */
+/** Where a session is. */
 export type AgentSessionState = "idle" | "running" | "at_boundary";
 
 /** A lazy boundary: called at most once, at export, while the session is parked. */
@@ -113,7 +113,7 @@ class SeedEntry {
   }
 }
 
-/** A seed in progress (spec agent §5.5): register the session, then leave (in a `finally`). */
+/** A seed in progress: register the session, then leave (in a `finally`). */
 export interface SeedTicket {
   /**
    * Registers the seeded session with the participant (allowed while admission is closed).
@@ -153,7 +153,7 @@ export interface AgentActivation {
   end(): void;
 }
 
-/** A legacy `/run` episode (spec agent §5.10): the steps of the run and its session. */
+/** A legacy `/run` episode: the steps of the run and its session. */
 export interface LegacyRunHandle {
   readonly episode: EpisodeId;
   readonly captureKey: string;
@@ -356,7 +356,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   }
 
   /**
-   * Starts an activation of `key` for `episode` (spec agent §5.3); the activation claims a
+   * Starts an activation of `key` for `episode`; the activation claims a
    * restored session and takes its continuation.
    *
    * @throws EpisodeError `stale_attempt` (retired attempt, or the session is another
@@ -407,7 +407,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   }
 
   /**
-   * The participant side of a close (spec agent §3.3, §5.6): waits while admission is closed,
+   * The participant side of a close: waits while admission is closed,
    * marks the session closing, cancels its activation (unless a retire or close did), waits
    * until it has stopped, then removes the session. Resolves to whether a session was tracked.
    *
@@ -455,7 +455,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   // ---- Legacy runs -----------------------------------------------------------------------
 
   /**
-   * Begins a legacy `/run` of `episode` (spec agent §5.10): opens its session `run:<rollout>`
+   * Begins a legacy `/run` of `episode`: opens its session `run:<rollout>`
    * (refused while admission is closed), claims it, and begins the episode with the restored
    * legacy boundary of the key (consumed once).
    *
@@ -647,7 +647,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         : null;
       // Not walked here: the records writer checks every record once as it encodes it, and a
       // value that is not JSON fails the commit with 422 naming the episode and the path
-      // (`$.session…`, `$.boundary…`), as spec core §7.2 asks.
+      // (`$.session…`, `$.boundary…`; see docs/storage.md).
       const session = states[s.key] as JsonValue;
       return Object.freeze({
         episode_id: episodeIdToWire(s.episode) as AgentSessionRecord["episode_id"],

@@ -1,5 +1,5 @@
 /**
- * The participant of an agent without session hooks (spec agent §7): its rollouts are never
+ * The participant of an agent without session hooks: its rollouts are never
  * captured, only reported as restarts while a request of theirs runs, and stopped by a retire.
  *
  * @module
@@ -65,7 +65,7 @@ interface Seed {
  * blocks a prepare, and a commit naming one is refused by the control plane (409
  * `restart_in_scope`, checked against {@link readiness}'s `restarts`).
  *
- * ## Rules (spec agent §7)
+ * ## Rules (see docs/agent.md)
  * - Rollouts keep running through a checkpoint; closing admission only holds new seeds, so the
  *   restarts a prepare reports cannot gain a seeded rollout before its commit.
  * - A retire aborts the tracked requests of the attempt and earlier ones (each once), waits for

@@ -1,6 +1,6 @@
 /**
- * Reading the checkpoint headers a resources or agent server puts on its seed reply (spec core
- * §10.4, environment §8.5): header names are matched case-insensitively, values exactly.
+ * Reading the checkpoint headers a resources or agent server puts on its seed reply: header
+ * names are matched case-insensitively, values exactly.
  *
  * @see docs/environment-server.md
  * @module

@@ -1,7 +1,7 @@
 /**
- * The checkpoint participant of an environment server (spec environment §7, as amended by
- * #3885): episodes keyed by capture key on the SDK's {@link EpisodeSteps} runner, their latest
- * boundaries exported, restored boundaries handed to the replacement `/run`. Transport-free.
+ * The checkpoint participant of an environment server: episodes keyed by capture key on the SDK's
+ * {@link EpisodeSteps} runner, their latest boundaries exported, restored boundaries handed to the
+ * replacement `/run`. Transport-free.
  *
  * @see docs/environment-server.md
  * @module
@@ -27,7 +27,7 @@ import { isRestartReply, type ReplyHeaders } from "./checkpoint-headers.js";
 import { taskDigest } from "./task-digest.js";
 import { compareStrings } from "../../util/compare-strings.js";
 
-/** One stored episode of an environment server (spec environment §7.12). */
+/** One stored episode of an environment server. */
 export const EnvironmentRecordSchema = recordSchema({
   task_digest: z.string().regex(/^[0-9a-f]{64}$/),
   boundary: JsonPayloadSchema.nullable(),

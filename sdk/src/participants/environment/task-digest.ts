@@ -1,5 +1,5 @@
 /**
- * The task digest of an episode (spec environment §7.4): what a restored record remembers of its
+ * The task digest of an episode: what a restored record remembers of its
  * task, so a replacement `/run` for another task is refused.
  *
  * @module

@@ -1,5 +1,5 @@
 /**
- * The policy gate (spec policy-model §3): one per model server process. It admits generation
+ * The policy gate (see docs/policy-model.md): one per model server process. It admits generation
  * calls, holds every response that has not started while a checkpoint is open, counts the
  * responses already streaming (the only thing a prepare waits for), and stops the calls of a
  * retired attempt. Transport-free: the model server calls it around each generation.
@@ -89,7 +89,7 @@ export class Ticket {
   }
 }
 
-/** The gate's readiness report (spec policy-model §3.7). */
+/** The gate's readiness report. */
 export interface GateReport {
   readonly ready: boolean;
   /** Sorted capture keys of calls whose response is streaming. */

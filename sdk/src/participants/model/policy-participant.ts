@@ -1,5 +1,5 @@
 /**
- * The checkpoint participant of a policy model server (spec policy-model §4, §6): the gate's
+ * The checkpoint participant of a policy model server (see docs/policy-model.md): the gate's
  * readiness, the capture ledger's rows at commit (minus undelivered calls, plus each
  * episode's latest generation cut), the import at restore, and retire of calls and ledgers.
  *
@@ -30,7 +30,7 @@ import { RestoredCuts, type CutRecord } from "./restored-cuts.js";
 /** The blocker a streaming untagged call is reported as (it has no capture key). */
 export const UNTAGGED_BLOCKER = "(untagged)";
 
-/** One stored episode of a policy model (spec policy-model §6.1). */
+/** One stored episode of a policy model. */
 export const ModelRecordSchema = recordSchema({
   /**
    * The episode's ledger rows. Only their shape as objects is checked here (by reference, with no

@@ -1,5 +1,5 @@
 /**
- * Restored generation cuts (spec policy-model §7.5): at most one per replacement attempt's
+ * Restored generation cuts (see docs/policy-model.md): at most one per replacement attempt's
  * capture key, claimed by a re-issued call with the same request digest, and consumed only when
  * that call's response starts, so a call still undelivered at the next checkpoint continues
  * from it again if its own cut fails.

@@ -23,7 +23,7 @@ import {
   type CheckpointVerify,
 } from "./declarations.js";
 
-/** One stored session of a resources server (spec resources §11). */
+/** One stored session of a resources server. */
 export const ResourcesRecordSchema = recordSchema({
   session_id: z.string(),
   state: JsonPayloadSchema,
@@ -112,7 +112,7 @@ const noHooks: SessionHooks = {
  * to, gates and counts data requests, and exports, restores and frees session state through the
  * server's hooks. Transport-free; the express middleware drives it through {@link admit}.
  *
- * ## Rules (spec resources §6–§13, as amended by #3886)
+ * ## Rules (see docs/resources-server.md)
  * - A request arriving while a checkpoint is open waits for resume instead of being refused; a
  *   replayable `/verify` is admitted at once. Session starts also wait out the seed gate, which
  *   a `restart_only` server closes too.
