@@ -17,7 +17,10 @@ import {
   type Participants,
 } from "../../../sdk/src/client/coordination.js";
 import { ServerClient } from "../../../sdk/src/client/server-client.js";
-import { commitEverywhere } from "../../../sdk/src/client/commit-everywhere.js";
+import {
+  CommitScopeRequiredError,
+  commitEverywhere,
+} from "../../../sdk/src/client/commit-everywhere.js";
 import { Participant, type CloseAdmissionRequest } from "../../../sdk/src/control/participant.js";
 import {
   captureKey,
@@ -561,6 +564,14 @@ describe("the CLI's commit with no scope (commitEverywhere)", () => {
         deadlineTs: () => deadline(),
       }),
     ).rejects.toThrow(/the model is the only participant/);
+    await expect(
+      commitEverywhere(participants, {
+        checkpointId: "c1",
+        checkpointDir: dir,
+        episodeIds: null,
+        deadlineTs: () => deadline(),
+      }),
+    ).rejects.toBeInstanceOf(CommitScopeRequiredError);
     expect(spy).not.toHaveBeenCalled();
     await resume(participants, "c1", deadline());
   });
