@@ -14,13 +14,13 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { z } from "zod";
-import { AgentSessionRecordSchema } from "../../sdk/src/participants/agent/agent-records.js";
-import { EnvironmentRecordSchema } from "../../sdk/src/participants/environment/environment-participant.js";
-import { ModelRecordSchema } from "../../sdk/src/participants/model/policy-participant.js";
-import { ResourcesRecordSchema } from "../../sdk/src/participants/resources/resources-participant.js";
-import { readCheckpoint } from "../../sdk/src/store/records-reader.js";
-import { RecordsWriter } from "../../sdk/src/store/records-writer.js";
-import type { RecordBase } from "../../sdk/src/wire/storage.js";
+import { AgentSessionRecordSchema } from "#sdk/participants/agent/agent-records.js";
+import { EnvironmentRecordSchema } from "#sdk/participants/environment/environment-participant.js";
+import { ModelRecordSchema } from "#sdk/participants/model/policy-participant.js";
+import { ResourcesRecordSchema } from "#sdk/participants/resources/resources-participant.js";
+import { readCheckpoint } from "#sdk/store/records-reader.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
+import type { RecordBase } from "#sdk/wire/storage.js";
 
 const SCHEMAS: Record<string, z.ZodType<RecordBase>> = {
   agent: AgentSessionRecordSchema as z.ZodType<RecordBase>,

@@ -9,11 +9,11 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, open, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { episodeId } from "../../sdk/src/identity/episode-id.js";
-import { readCheckpoint } from "../../sdk/src/store/records-reader.js";
-import { RecordsWriter, encodeRecordLine } from "../../sdk/src/store/records-writer.js";
-import { JsonPayloadSchema } from "../../sdk/src/wire/json-value.js";
-import { recordSchema, type RecordBase } from "../../sdk/src/wire/storage.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { readCheckpoint } from "#sdk/store/records-reader.js";
+import { RecordsWriter, encodeRecordLine } from "#sdk/store/records-writer.js";
+import { JsonPayloadSchema } from "#sdk/wire/json-value.js";
+import { recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 
 function arg(name: string, fallback: number): number {
   const at = process.argv.indexOf(`--${name}`);

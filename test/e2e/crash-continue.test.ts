@@ -16,8 +16,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { commit, prepare, type Participants } from "../../sdk/src/client/coordination.js";
-import type { CommitReply } from "../../sdk/src/wire/storage.js";
+import { commit, prepare, type Participants } from "#sdk/client/coordination.js";
+import type { CommitReply } from "#sdk/wire/storage.js";
 import {
   CrashRun,
   Rollout,

@@ -17,15 +17,15 @@ import {
   status,
   type Participants,
   type PrepareResult,
-} from "../../sdk/src/client/coordination.js";
+} from "#sdk/client/coordination.js";
 import {
   captureKey,
   episodeId,
   episodeIdToWire,
   type EpisodeId,
-} from "../../sdk/src/identity/episode-id.js";
-import type { StatusReply } from "../../sdk/src/wire/control.js";
-import type { CommitReply, RestoreReply } from "../../sdk/src/wire/storage.js";
+} from "#sdk/identity/episode-id.js";
+import type { StatusReply } from "#sdk/wire/control.js";
+import type { CommitReply, RestoreReply } from "#sdk/wire/storage.js";
 import { weatherOf } from "../../reference-servers/weather/src/index.js";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { killEverything, stateServers } from "./helpers.js";

@@ -19,7 +19,7 @@ import {
   retire,
   type Participants,
   type PrepareResult,
-} from "../../sdk/src/client/coordination.js";
+} from "#sdk/client/coordination.js";
 import {
   CrashRun,
   Rollout,

@@ -9,7 +9,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { runBody, runScenario } from "../../demo/scenario.js";
-import { episodeId } from "../../sdk/src/identity/episode-id.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 import { gym, killEverything } from "./helpers.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "gym-demo-scenario-"));

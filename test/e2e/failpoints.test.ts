@@ -11,9 +11,9 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { inspectCheckpoint } from "../../sdk/src/cli/inspect.js";
-import { CONTROL_PREFIX } from "../../sdk/src/wire/control.js";
-import { FAILPOINTS, type FailpointName } from "../../sdk/src/util/failpoints.js";
+import { inspectCheckpoint } from "#sdk/cli/inspect.js";
+import { CONTROL_PREFIX } from "#sdk/wire/control.js";
+import { FAILPOINTS, type FailpointName } from "#sdk/util/failpoints.js";
 import { FIXTURES, REPO, killEverything, waitFor } from "./helpers.js";
 
 const TOKEN = "failpoints-e2e-token";

@@ -9,9 +9,9 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chooseFreePorts } from "../../sdk/src/cli/ports.js";
-import { writeState, type RunState } from "../../sdk/src/cli/state-file.js";
-import type { ResolvedDeployment } from "../../sdk/src/wire/deployment.js";
+import { chooseFreePorts } from "#sdk/cli/ports.js";
+import { writeState, type RunState } from "#sdk/cli/state-file.js";
+import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 import {
   CLI,
   FIXTURES,

@@ -42,9 +42,9 @@ import {
   status,
   type Member,
   type Participants,
-} from "../../sdk/src/client/coordination.js";
-import type { EpisodeId } from "../../sdk/src/identity/episode-id.js";
-import type { StatusReply } from "../../sdk/src/wire/control.js";
+} from "#sdk/client/coordination.js";
+import type { EpisodeId } from "#sdk/identity/episode-id.js";
+import type { StatusReply } from "#sdk/wire/control.js";
 import {
   CrashRun,
   Rollout,

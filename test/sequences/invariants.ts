@@ -3,8 +3,8 @@
  * holds and otherwise say what broke it. The sequence engine (engine.ts) turns an answer into a
  * failure that names the seed, the step and the replay command.
  */
-import { CoordinationError, status, type Participants } from "../../sdk/src/client/coordination.js";
-import { inspectCheckpoint } from "../../sdk/src/cli/inspect.js";
+import { CoordinationError, status, type Participants } from "#sdk/client/coordination.js";
+import { inspectCheckpoint } from "#sdk/cli/inspect.js";
 import {
   captureKey,
   rewardOf,

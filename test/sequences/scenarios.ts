@@ -13,9 +13,9 @@ import {
   retire,
   status,
   type PrepareResult,
-} from "../../sdk/src/client/coordination.js";
-import { FAILPOINTS, type FailpointName } from "../../sdk/src/util/failpoints.js";
-import { nextAttempt } from "../../sdk/src/identity/episode-id.js";
+} from "#sdk/client/coordination.js";
+import { FAILPOINTS, type FailpointName } from "#sdk/util/failpoints.js";
+import { nextAttempt } from "#sdk/identity/episode-id.js";
 import { rewardOf, until, type EpisodeId } from "../e2e/crash-harness.js";
 import { failuresOf, lastDelivered, repeatedAcross } from "./invariants.js";
 import { deadline, type Sequence } from "./sequence.js";

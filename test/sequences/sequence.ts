@@ -3,7 +3,7 @@
  * needs the right count, so a lost or doubled increment shows), the step it is at, and the
  * operations and checks every scenario shares.
  */
-import { forget, retire } from "../../sdk/src/client/coordination.js";
+import { forget, retire } from "#sdk/client/coordination.js";
 import { Random } from "../support/seeded-random.js";
 import {
   Rollout,

@@ -7,8 +7,8 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import type { Participants } from "../../sdk/src/client/coordination.js";
-import { FAILPOINTS_ENV } from "../../sdk/src/util/failpoints.js";
+import type { Participants } from "#sdk/client/coordination.js";
+import { FAILPOINTS_ENV } from "#sdk/util/failpoints.js";
 import { CrashRun } from "../e2e/crash-harness.js";
 
 /**

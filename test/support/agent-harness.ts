@@ -20,9 +20,9 @@
  */
 import request from "supertest";
 import { expect } from "vitest";
-import { captureKey, type EpisodeId } from "../../sdk/src/identity/episode-id.js";
-import type { RestoredAgentSession } from "../../sdk/src/participants/agent/agent-records.js";
-import type { AgentSeedRequest } from "../../sdk/src/server/agent/agent-wire.js";
+import { captureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
+import type { RestoredAgentSession } from "#sdk/participants/agent/agent-records.js";
+import type { AgentSeedRequest } from "#sdk/server/agent/agent-wire.js";
 import {
   AgentServer,
   PartialSessionSetupError,
@@ -30,14 +30,14 @@ import {
   type LegacyRunInput,
   type RespondInput,
   type RespondResult,
-} from "../../sdk/src/server/agent-server.js";
-import type { ServerOptions } from "../../sdk/src/server/server.js";
-import { untilSettledOrAborted } from "../../sdk/src/util/abortable.js";
-import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
-import type { JsonValue } from "../../sdk/src/wire/json-value.js";
+} from "#sdk/server/agent-server.js";
+import type { ServerOptions } from "#sdk/server/server.js";
+import { untilSettledOrAborted } from "#sdk/util/abortable.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 import { CONTROL, controlRoutes } from "./control-routes.js";
 export { CONTROL } from "./control-routes.js";
-import { ACTIVATION_HEADER } from "../../sdk/src/server/agent/agent-wire.js";
+import { ACTIVATION_HEADER } from "#sdk/server/agent/agent-wire.js";
 
 // ------------------------------------------------------------------------------ the model
 

@@ -4,7 +4,7 @@
  */
 import type { Express } from "express";
 import request from "supertest";
-import { CONTROL_PREFIX } from "../../sdk/src/wire/control.js";
+import { CONTROL_PREFIX } from "#sdk/wire/control.js";
 
 /** The control routes' prefix (the SDK's own constant). */
 export const CONTROL = CONTROL_PREFIX;

@@ -45,8 +45,8 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { splitRolloutPath } from "../../sdk/src/identity/rollout-prefix.js";
-import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
+import { splitRolloutPath } from "#sdk/identity/rollout-prefix.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 
 // -------------------------------------------------------------------- response shapes
 

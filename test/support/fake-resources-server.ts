@@ -36,9 +36,9 @@ import {
   type ServerResponse,
 } from "node:http";
 import type { AddressInfo } from "node:net";
-import { splitRolloutPath } from "../../sdk/src/identity/rollout-prefix.js";
-import { parseCookieHeader, type CookieJar } from "../../sdk/src/util/cookies.js";
-import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
+import { splitRolloutPath } from "#sdk/identity/rollout-prefix.js";
+import { parseCookieHeader, type CookieJar } from "#sdk/util/cookies.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 
 /** Arrivals across every fake of the process, so calls to several fakes can be ordered. */
 let arrivals = 0;

@@ -28,18 +28,18 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { expect } from "vitest";
 import type { z } from "zod";
-import { Participant, type CloseAdmissionRequest } from "../../sdk/src/control/participant.js";
-import { ControlPlane, type ControlPlaneOptions } from "../../sdk/src/control/control-plane.js";
-import { CheckpointStateError, type ErrorCode } from "../../sdk/src/errors.js";
+import { Participant, type CloseAdmissionRequest } from "#sdk/control/participant.js";
+import { ControlPlane, type ControlPlaneOptions } from "#sdk/control/control-plane.js";
+import { CheckpointStateError, type ErrorCode } from "#sdk/errors.js";
 import {
   captureKey,
   episodeId,
   fromCaptureKey,
   nextAttempt,
   type EpisodeId,
-} from "../../sdk/src/identity/episode-id.js";
-import { deferred, type Deferred } from "../../sdk/src/util/deferred.js";
-import { nowTs } from "../../sdk/src/util/deadline.js";
+} from "#sdk/identity/episode-id.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
+import { nowTs } from "#sdk/util/deadline.js";
 import {
   prepareReport,
   type CheckpointRequest,
@@ -48,9 +48,9 @@ import {
   type PrepareReply,
   type PrepareReport,
   type RestoreRequest,
-} from "../../sdk/src/wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "../../sdk/src/wire/json-value.js";
-import { recordSchema, type CommitReply, type Manifest } from "../../sdk/src/wire/storage.js";
+} from "#sdk/wire/control.js";
+import { JsonPayloadSchema, type JsonValue } from "#sdk/wire/json-value.js";
+import { recordSchema, type CommitReply, type Manifest } from "#sdk/wire/storage.js";
 
 /** The record every test participant stores: its episode and the boundary payload. */
 export const TestRecordSchema = recordSchema({ payload: JsonPayloadSchema });

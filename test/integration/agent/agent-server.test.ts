@@ -6,9 +6,9 @@
  */
 import request from "supertest";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { ConfigError } from "../../../sdk/src/errors.js";
-import { AgentServer, type RespondResult } from "../../../sdk/src/server/agent-server.js";
-import type { ServerOptions } from "../../../sdk/src/server/server.js";
+import { ConfigError } from "#sdk/errors.js";
+import { AgentServer, type RespondResult } from "#sdk/server/agent-server.js";
+import type { ServerOptions } from "#sdk/server/server.js";
 import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import {
   CHECKPOINT_ON,

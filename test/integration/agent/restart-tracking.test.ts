@@ -8,13 +8,13 @@ import type { Express } from "express";
 import express from "express";
 import request from "supertest";
 import { describe, expect, it, vi } from "vitest";
-import { GymError } from "../../../sdk/src/errors.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { RestartOnlyAgentParticipant } from "../../../sdk/src/participants/agent/restart-only-participant.js";
-import { installRestartTracking } from "../../../sdk/src/server/agent/restart-tracking.js";
-import { dataRoute, type DataRoute } from "../../../sdk/src/server/data-route.js";
-import { Server } from "../../../sdk/src/server/server.js";
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+import { GymError } from "#sdk/errors.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { RestartOnlyAgentParticipant } from "#sdk/participants/agent/restart-only-participant.js";
+import { installRestartTracking } from "#sdk/server/agent/restart-tracking.js";
+import { dataRoute, type DataRoute } from "#sdk/server/data-route.js";
+import { Server } from "#sdk/server/server.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 import { flush } from "../../support/test-participant.js";
 
 /** One handler invocation, held until the test releases it. */

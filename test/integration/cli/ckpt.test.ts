@@ -8,12 +8,12 @@ import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { Io } from "../../../sdk/src/cli/output.js";
-import { chooseFreePorts } from "../../../sdk/src/cli/ports.js";
-import { runCli } from "../../../sdk/src/cli/program.js";
-import { writeState, type RunState } from "../../../sdk/src/cli/state-file.js";
-import type { Server } from "../../../sdk/src/server/server.js";
-import type { ResolvedDeployment } from "../../../sdk/src/wire/deployment.js";
+import type { Io } from "#sdk/cli/output.js";
+import { chooseFreePorts } from "#sdk/cli/ports.js";
+import { runCli } from "#sdk/cli/program.js";
+import { writeState, type RunState } from "#sdk/cli/state-file.js";
+import type { Server } from "#sdk/server/server.js";
+import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 import createEchoBackend from "../../fixtures/servers/echo-backend.js";
 import EpisodesResourcesServer from "../../fixtures/servers/episodes-resources.js";
 

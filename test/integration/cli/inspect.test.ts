@@ -7,12 +7,12 @@ import { cp, mkdir, mkdtemp, readdir, readFile, rm, rename, writeFile } from "no
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { inspectCheckpoint, summarizeBoundary } from "../../../sdk/src/cli/inspect.js";
-import type { Io } from "../../../sdk/src/cli/output.js";
-import { runCli } from "../../../sdk/src/cli/program.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { RecordsWriter } from "../../../sdk/src/store/records-writer.js";
-import type { RecordBase } from "../../../sdk/src/wire/storage.js";
+import { inspectCheckpoint, summarizeBoundary } from "#sdk/cli/inspect.js";
+import type { Io } from "#sdk/cli/output.js";
+import { runCli } from "#sdk/cli/program.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
+import type { RecordBase } from "#sdk/wire/storage.js";
 
 let root: string;
 let pristine: string;

@@ -9,10 +9,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { planServe } from "../../../sdk/src/cli/launcher.js";
-import { CliError, UsageError, type Io } from "../../../sdk/src/cli/output.js";
-import { chooseFreePorts } from "../../../sdk/src/cli/ports.js";
-import { isGroupAlive, isProcessAlive, stopGroups } from "../../../sdk/src/cli/processes.js";
+import { planServe } from "#sdk/cli/launcher.js";
+import { CliError, UsageError, type Io } from "#sdk/cli/output.js";
+import { chooseFreePorts } from "#sdk/cli/ports.js";
+import { isGroupAlive, isProcessAlive, stopGroups } from "#sdk/cli/processes.js";
 import {
   ServerModuleError,
   buildServer,
@@ -20,9 +20,9 @@ import {
   isMainModule,
   startFromDeployment,
   type RunningServer,
-} from "../../../sdk/src/cli/run-server.js";
-import { writeState, type RunState } from "../../../sdk/src/cli/state-file.js";
-import { ResolvedDeploymentSchema } from "../../../sdk/src/wire/deployment.js";
+} from "#sdk/cli/run-server.js";
+import { writeState, type RunState } from "#sdk/cli/state-file.js";
+import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
 const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
 const SERVERS = path.join(FIXTURES, "servers");

@@ -7,9 +7,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { planServe } from "../../../sdk/src/cli/launcher.js";
-import type { Io } from "../../../sdk/src/cli/output.js";
-import { supervise } from "../../../sdk/src/cli/supervisor.js";
+import { planServe } from "#sdk/cli/launcher.js";
+import type { Io } from "#sdk/cli/output.js";
+import { supervise } from "#sdk/cli/supervisor.js";
 import { writeDeployment } from "../../e2e/helpers.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-start-failure-"));

@@ -7,9 +7,9 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
-import type { Io } from "../../../sdk/src/cli/output.js";
+import type { Io } from "#sdk/cli/output.js";
 import { writeDeployment } from "../../e2e/helpers.js";
-import { runCli } from "../../../sdk/src/cli/program.js";
+import { runCli } from "#sdk/cli/program.js";
 
 vi.mock("node:module", async (importOriginal) => {
   const actual = await importOriginal<typeof import("node:module")>();

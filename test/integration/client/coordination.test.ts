@@ -15,28 +15,16 @@ import {
   retire,
   status,
   type Participants,
-} from "../../../sdk/src/client/coordination.js";
-import { ServerClient } from "../../../sdk/src/client/server-client.js";
-import {
-  CommitScopeRequiredError,
-  commitEverywhere,
-} from "../../../sdk/src/client/commit-everywhere.js";
-import { Participant, type CloseAdmissionRequest } from "../../../sdk/src/control/participant.js";
-import {
-  captureKey,
-  episodeId,
-  nextAttempt,
-  type EpisodeId,
-} from "../../../sdk/src/identity/episode-id.js";
-import { Server } from "../../../sdk/src/server/server.js";
-import {
-  prepareReport,
-  type ParticipantKind,
-  type PrepareReport,
-} from "../../../sdk/src/wire/control.js";
-import type { ResolvedDeployment, ServerKind } from "../../../sdk/src/wire/deployment.js";
-import { JsonPayloadSchema } from "../../../sdk/src/wire/json-value.js";
-import { recordSchema } from "../../../sdk/src/wire/storage.js";
+} from "#sdk/client/coordination.js";
+import { ServerClient } from "#sdk/client/server-client.js";
+import { CommitScopeRequiredError, commitEverywhere } from "#sdk/client/commit-everywhere.js";
+import { Participant, type CloseAdmissionRequest } from "#sdk/control/participant.js";
+import { captureKey, episodeId, nextAttempt, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { Server } from "#sdk/server/server.js";
+import { prepareReport, type ParticipantKind, type PrepareReport } from "#sdk/wire/control.js";
+import type { ResolvedDeployment, ServerKind } from "#sdk/wire/deployment.js";
+import { JsonPayloadSchema } from "#sdk/wire/json-value.js";
+import { recordSchema } from "#sdk/wire/storage.js";
 
 const TOKEN = "coordination-token";
 const RecordSchema = recordSchema({ payload: JsonPayloadSchema });

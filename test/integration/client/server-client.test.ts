@@ -5,17 +5,17 @@ import {
   ServerReplyError,
   ServerUnreachableError,
   UnknownServerError,
-} from "../../../sdk/src/client/errors.js";
-import { ServerClient } from "../../../sdk/src/client/server-client.js";
-import { Participant } from "../../../sdk/src/control/participant.js";
-import { ConfigError } from "../../../sdk/src/errors.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { dataRoute, type DataRoute } from "../../../sdk/src/server/data-route.js";
-import { Server } from "../../../sdk/src/server/server.js";
-import { prepareReport } from "../../../sdk/src/wire/control.js";
-import type { ResolvedDeployment } from "../../../sdk/src/wire/deployment.js";
-import { recordSchema } from "../../../sdk/src/wire/storage.js";
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+} from "#sdk/client/errors.js";
+import { ServerClient } from "#sdk/client/server-client.js";
+import { Participant } from "#sdk/control/participant.js";
+import { ConfigError } from "#sdk/errors.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { dataRoute, type DataRoute } from "#sdk/server/data-route.js";
+import { Server } from "#sdk/server/server.js";
+import { prepareReport } from "#sdk/wire/control.js";
+import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
+import { recordSchema } from "#sdk/wire/storage.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 
 const TOKEN = "client-token";
 

@@ -6,15 +6,15 @@
 import express from "express";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { ConfigError, InvalidRequestError } from "../../../sdk/src/errors.js";
+import { ConfigError, InvalidRequestError } from "#sdk/errors.js";
 import {
   EnvironmentConfigSchema,
   EnvironmentServer,
   type EpisodeOutcome,
   type RunEpisodeInput,
-} from "../../../sdk/src/server/environment-server.js";
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
-import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+} from "#sdk/server/environment-server.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 

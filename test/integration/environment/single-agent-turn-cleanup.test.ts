@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { CleanupEntry } from "../../../reference-servers/single-agent-turn/src/cleanup-entry.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
+import { deferred } from "#sdk/util/deferred.js";
 
 describe("CleanupEntry", () => {
   it("runs its close once it succeeded, and passes the per-call bound", async () => {

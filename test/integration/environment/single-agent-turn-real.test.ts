@@ -13,7 +13,7 @@ import {
 } from "gym-participant-sdk";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import SingleAgentTurnServer from "../../../reference-servers/single-agent-turn/src/index.js";
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 import { CONTROL } from "../../support/control-routes.js";
 
 const TOKEN = "real-token";

@@ -10,16 +10,16 @@ import { rm } from "node:fs/promises";
 import path from "node:path";
 import request from "supertest";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { inspectCheckpoint } from "../../../sdk/src/cli/inspect.js";
-import { ERROR_CATALOGUE } from "../../../sdk/src/errors.js";
-import type { Server } from "../../../sdk/src/server/server.js";
+import { inspectCheckpoint } from "#sdk/cli/inspect.js";
+import { ERROR_CATALOGUE } from "#sdk/errors.js";
+import type { Server } from "#sdk/server/server.js";
 import {
   FAILPOINTS,
   clearFailpoints,
   setFailpoint,
   type FailpointAction,
   type FailpointName,
-} from "../../../sdk/src/util/failpoints.js";
+} from "#sdk/util/failpoints.js";
 import EpisodesResourcesServer from "../../fixtures/servers/episodes-resources.js";
 import { controlRoutes } from "../../support/control-routes.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";

@@ -6,14 +6,14 @@
  */
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { ERROR_CATALOGUE } from "../../../sdk/src/errors.js";
+import { ERROR_CATALOGUE } from "#sdk/errors.js";
 import {
   FAILPOINTS,
   clearFailpoints,
   setFailpoint,
   type FailpointAction,
   type FailpointName,
-} from "../../../sdk/src/util/failpoints.js";
+} from "#sdk/util/failpoints.js";
 import {
   cleanup,
   commit,

@@ -13,14 +13,14 @@ import FakeInferenceServer, {
   stagedFilePath,
 } from "../../../reference-servers/fake-inference/src/index.js";
 import { TokenStore } from "../../../reference-servers/fake-inference/src/token-store.js";
-import { chainHash, hashTokenIds } from "../../../sdk/src/capture/digests.js";
+import { chainHash, hashTokenIds } from "#sdk/capture/digests.js";
 import {
   GenerationCutReceiptSchema,
   buildGenerationCutInventory,
   validateReceiptFor,
   type GenerationCutPrefix,
-} from "../../../sdk/src/capture/generation-cut.js";
-import { CommitCoordsSchema, StagedCallRecordSchema } from "../../../sdk/src/capture/records.js";
+} from "#sdk/capture/generation-cut.js";
+import { CommitCoordsSchema, StagedCallRecordSchema } from "#sdk/capture/records.js";
 
 const TOKEN = "t0ken";
 const CUT_ROUTE = "/ng-control/v1/generation-cut";

@@ -14,7 +14,7 @@ import FakeInferenceServer, {
   tokenize,
 } from "../../../reference-servers/fake-inference/src/index.js";
 import { TokenStore } from "../../../reference-servers/fake-inference/src/token-store.js";
-import { StagedCallRecordSchema } from "../../../sdk/src/capture/records.js";
+import { StagedCallRecordSchema } from "#sdk/capture/records.js";
 
 let dir: string;
 let servers: FakeInferenceServer[];

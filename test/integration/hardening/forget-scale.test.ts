@@ -6,10 +6,10 @@
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
-import { FORGET_SLICE, type ControlPlane } from "../../../sdk/src/control/control-plane.js";
-import type { Participant } from "../../../sdk/src/control/participant.js";
-import { ITEMS_PER_TURN } from "../../../sdk/src/util/deadline.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
+import { FORGET_SLICE, type ControlPlane } from "#sdk/control/control-plane.js";
+import type { Participant } from "#sdk/control/participant.js";
+import { ITEMS_PER_TURN } from "#sdk/util/deadline.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 
 const started: CounterServer[] = [];
 afterEach(async () => {

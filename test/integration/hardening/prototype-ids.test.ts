@@ -19,13 +19,13 @@ import {
   type RestoredAgentSession,
   type RunEpisodeInput,
   type ServerOptions,
-} from "../../../sdk/src/index.js";
+} from "#sdk/index.js";
 import {
   startTestServer,
   type TestServer,
   type TestServerOptions,
   type TestableServer,
-} from "../../../sdk/src/testing/index.js";
+} from "#sdk/testing/index.js";
 import * as policy from "../../support/policy-harness.js";
 import * as simple from "../../support/simple-agent-harness.js";
 

@@ -6,8 +6,8 @@ import { createServer, type Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { PolicyModelServer } from "../../../sdk/src/server/policy-model-server.js";
-import { ServerLog } from "../../../sdk/src/testing/server-log.js";
+import { PolicyModelServer } from "#sdk/server/policy-model-server.js";
+import { ServerLog } from "#sdk/testing/server-log.js";
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {

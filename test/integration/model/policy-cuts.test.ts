@@ -6,9 +6,9 @@
  */
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { RecordsWriter } from "../../../sdk/src/store/records-writer.js";
-import type { RecordBase } from "../../../sdk/src/wire/storage.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
+import type { RecordBase } from "#sdk/wire/storage.js";
 import {
   ANSWER,
   TOOLS,

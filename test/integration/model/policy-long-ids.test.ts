@@ -4,7 +4,7 @@
  * and token store hold it under file names that fit the file system.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { MAX_FILE_NAME_BYTES, captureFileName } from "../../../sdk/src/capture/ledger/files.js";
+import { MAX_FILE_NAME_BYTES, captureFileName } from "#sdk/capture/ledger/files.js";
 import {
   ANSWER,
   TOOLS,

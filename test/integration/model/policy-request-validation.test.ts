@@ -7,7 +7,7 @@
 import fc from "fast-check";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { MAX_OUTPUT_TOKENS_LIMIT } from "../../../sdk/src/server/model/responses-request.js";
+import { MAX_OUTPUT_TOKENS_LIMIT } from "#sdk/server/model/responses-request.js";
 import {
   CAPTURE_TOKEN,
   LEDGER,

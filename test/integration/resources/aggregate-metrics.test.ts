@@ -5,7 +5,7 @@
  */
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { ResourcesServer, type AggregateMetricsRequest } from "../../../sdk/src/index.js";
+import { ResourcesServer, type AggregateMetricsRequest } from "#sdk/index.js";
 import WeatherServer from "../../../reference-servers/weather/src/index.js";
 
 const started: { close(): Promise<void> }[] = [];

@@ -10,21 +10,15 @@ import path from "node:path";
 import fc from "fast-check";
 import request from "supertest";
 import { describe, expect, it } from "vitest";
-import type {
-  CheckpointMode,
-  CheckpointVerify,
-} from "../../../sdk/src/participants/resources/declarations.js";
-import { dataRoute } from "../../../sdk/src/server/data-route.js";
+import type { CheckpointMode, CheckpointVerify } from "#sdk/participants/resources/declarations.js";
+import { dataRoute } from "#sdk/server/data-route.js";
 import {
   ResourcesServer,
   resourcesSession,
   type SessionRouteInput,
-} from "../../../sdk/src/server/resources-server.js";
-import {
-  encodeSessionCookie,
-  sessionKey,
-} from "../../../sdk/src/server/resources/session-cookie.js";
-import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+} from "#sdk/server/resources-server.js";
+import { encodeSessionCookie, sessionKey } from "#sdk/server/resources/session-cookie.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL } from "../../support/control-routes.js";
 

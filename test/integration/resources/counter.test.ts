@@ -5,7 +5,7 @@
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
-import { aggregateMetrics } from "../../../sdk/src/server/resources/aggregate-metrics.js";
+import { aggregateMetrics } from "#sdk/server/resources/aggregate-metrics.js";
 
 const TOKEN = "counter-token";
 const started: CounterServer[] = [];

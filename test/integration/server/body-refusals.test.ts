@@ -6,9 +6,9 @@
  */
 import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BODY_LIMIT_BYTES } from "../../../sdk/src/server/json-body.js";
-import { MAX_BODY_DEPTH } from "../../../sdk/src/server/json-depth.js";
-import type { Server } from "../../../sdk/src/server/server.js";
+import { BODY_LIMIT_BYTES } from "#sdk/server/json-body.js";
+import { MAX_BODY_DEPTH } from "#sdk/server/json-depth.js";
+import type { Server } from "#sdk/server/server.js";
 import {
   AUTH,
   CHECKPOINT,

@@ -6,8 +6,8 @@
 import { createServer, type Server as HttpServer } from "node:http";
 import { connect, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import type { Server } from "../../../sdk/src/server/server.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
+import type { Server } from "#sdk/server/server.js";
+import { deferred } from "#sdk/util/deferred.js";
 import { controlRoutes } from "../../support/control-routes.js";
 import { flush } from "../../support/test-participant.js";
 import { RestartOnlyAgent, ScriptedAgent } from "../../support/agent-harness.js";

@@ -9,15 +9,15 @@ import {
   type OutgoingHttpHeaders,
 } from "node:http";
 import { z } from "zod";
-import { Participant } from "../../../sdk/src/control/participant.js";
-import type { EpisodeId } from "../../../sdk/src/identity/episode-id.js";
-import { dataRoute, type DataRoute } from "../../../sdk/src/server/data-route.js";
-import { EnvironmentServer } from "../../../sdk/src/server/environment-server.js";
-import { PolicyModelServer } from "../../../sdk/src/server/policy-model-server.js";
-import { ResourcesServer, type VerifyResult } from "../../../sdk/src/server/resources-server.js";
-import { Server, type ServerOptions } from "../../../sdk/src/server/server.js";
-import { prepareReport, type PrepareReport } from "../../../sdk/src/wire/control.js";
-import { recordSchema } from "../../../sdk/src/wire/storage.js";
+import { Participant } from "#sdk/control/participant.js";
+import type { EpisodeId } from "#sdk/identity/episode-id.js";
+import { dataRoute, type DataRoute } from "#sdk/server/data-route.js";
+import { EnvironmentServer } from "#sdk/server/environment-server.js";
+import { PolicyModelServer } from "#sdk/server/policy-model-server.js";
+import { ResourcesServer, type VerifyResult } from "#sdk/server/resources-server.js";
+import { Server, type ServerOptions } from "#sdk/server/server.js";
+import { prepareReport, type PrepareReport } from "#sdk/wire/control.js";
+import { recordSchema } from "#sdk/wire/storage.js";
 import { RestartOnlyAgent, ScriptedAgent } from "../../support/agent-harness.js";
 
 export const TOKEN = "hardening-token";

@@ -5,7 +5,7 @@
 import { connect } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { deferred } from "../../../sdk/src/util/deferred.js";
+import { deferred } from "#sdk/util/deferred.js";
 import { AUTH, documentedOperations, everyKind } from "./kinds.js";
 
 /**

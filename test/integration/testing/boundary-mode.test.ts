@@ -16,14 +16,14 @@ import {
   type RestoredAgentSession,
   type RunEpisodeInput,
   type ServerOptions,
-} from "../../../sdk/src/index.js";
+} from "#sdk/index.js";
 import {
   TestKitError,
   startTestServer,
   type TestServer,
   type TestServerOptions,
   type TestableServer,
-} from "../../../sdk/src/testing/index.js";
+} from "#sdk/testing/index.js";
 
 const handles: { close(): Promise<void> }[] = [];
 afterEach(async () => {

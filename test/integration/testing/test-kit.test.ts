@@ -11,9 +11,9 @@ import {
   startTestServer,
   type TestServer,
   type TestServerOptions,
-} from "../../../sdk/src/testing/index.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
-import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+} from "#sdk/testing/index.js";
+import { deferred } from "#sdk/util/deferred.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 
 const SEED = { resources_session_id: "s1", task_data: { target: 2 } };
 const VERIFY = { responses_create_params: { input: [] }, response: { output: [] } };

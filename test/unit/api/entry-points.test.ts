@@ -8,10 +8,10 @@ import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import * as capture from "../../../sdk/src/capture/index.js";
-import * as controller from "../../../sdk/src/controller.js";
-import * as authors from "../../../sdk/src/index.js";
-import * as testing from "../../../sdk/src/testing/index.js";
+import * as capture from "#sdk/capture/index.js";
+import * as controller from "#sdk/controller.js";
+import * as authors from "#sdk/index.js";
+import * as testing from "#sdk/testing/index.js";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 

@@ -6,17 +6,17 @@
 import { readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { InvalidLedgerKeyError } from "../../../sdk/src/capture/ledger/errors.js";
+import { InvalidLedgerKeyError } from "#sdk/capture/ledger/errors.js";
 import {
   captureFileName,
   ledgerKeyBatch,
   parseCaptureFileName,
-} from "../../../sdk/src/capture/ledger/files.js";
-import { KeyedMutex } from "../../../sdk/src/capture/ledger/keyed-mutex.js";
-import { EmptyFileBatch, inSlices } from "../../../sdk/src/capture/ledger/file-batch.js";
-import { RolloutIndex } from "../../../sdk/src/capture/ledger/rollout-index.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
+} from "#sdk/capture/ledger/files.js";
+import { KeyedMutex } from "#sdk/capture/ledger/keyed-mutex.js";
+import { EmptyFileBatch, inSlices } from "#sdk/capture/ledger/file-batch.js";
+import { RolloutIndex } from "#sdk/capture/ledger/rollout-index.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { deferred } from "#sdk/util/deferred.js";
 import { makeTempDir, removeTempDir } from "./helpers.js";
 
 describe("capture file names", () => {

@@ -7,8 +7,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
-import { RolloutRetiredError } from "../../../sdk/src/capture/ledger/errors.js";
-import { DeferredFileWork } from "../../../sdk/src/capture/ledger/deferred-file-work.js";
+import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
+import { DeferredFileWork } from "#sdk/capture/ledger/deferred-file-work.js";
 import {
   custodyRow,
   ledgerAt,

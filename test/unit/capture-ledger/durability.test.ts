@@ -16,8 +16,8 @@ const hooks = vi.hoisted(() => ({
   beforeDirSync: null as ((dir: string) => Promise<void> | void) | null,
 }));
 
-vi.mock("../../../sdk/src/store/fs-sync.js", async (importOriginal) => {
-  const actual = await importOriginal<typeof import("../../../sdk/src/store/fs-sync.js")>();
+vi.mock("#sdk/store/fs-sync.js", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("#sdk/store/fs-sync.js")>();
   return {
     ...actual,
     fsyncDir: async (dir: string) => {

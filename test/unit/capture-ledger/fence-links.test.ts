@@ -6,7 +6,7 @@
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { EmptyFileBatch, createFileSync } from "../../../sdk/src/capture/ledger/file-batch.js";
+import { EmptyFileBatch, createFileSync } from "#sdk/capture/ledger/file-batch.js";
 import { makeTempDir, removeTempDir } from "./helpers.js";
 
 const linkHooks = vi.hoisted(() => ({

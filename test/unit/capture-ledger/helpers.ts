@@ -5,8 +5,8 @@
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { expect } from "vitest";
-import { CaptureLedger } from "../../../sdk/src/capture/ledger/capture-ledger.js";
-import type { LedgerRow } from "../../../sdk/src/capture/ledger/row-codec.js";
+import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
+import type { LedgerRow } from "#sdk/capture/ledger/row-codec.js";
 
 export { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 

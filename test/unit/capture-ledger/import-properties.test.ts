@@ -9,9 +9,9 @@ import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CAPTURE_FILE_SUFFIXES } from "../../../sdk/src/capture/ledger/files.js";
-import type { LedgerRow } from "../../../sdk/src/capture/ledger/row-codec.js";
-import { captureKey, episodeId } from "../../../sdk/src/identity/episode-id.js";
+import { CAPTURE_FILE_SUFFIXES } from "#sdk/capture/ledger/files.js";
+import type { LedgerRow } from "#sdk/capture/ledger/row-codec.js";
+import { captureKey, episodeId } from "#sdk/identity/episode-id.js";
 import { ledgerAt, listDir, makeTempDir, plant, removeTempDir } from "./helpers.js";
 
 const ROLLOUTS = ["r", "r1", "r-a1x", "q"] as const;

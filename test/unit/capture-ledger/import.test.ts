@@ -10,8 +10,8 @@ import {
   InvalidLedgerRowError,
   LedgerImportError,
   RolloutRetiredError,
-} from "../../../sdk/src/capture/ledger/errors.js";
-import type { LedgerImport } from "../../../sdk/src/capture/ledger/capture-ledger.js";
+} from "#sdk/capture/ledger/errors.js";
+import type { LedgerImport } from "#sdk/capture/ledger/capture-ledger.js";
 import {
   custodyRow,
   ledgerAt,

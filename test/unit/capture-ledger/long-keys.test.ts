@@ -13,10 +13,10 @@ import {
   parseDigestFileName,
   rolloutDigestStem,
   type CaptureFileKind,
-} from "../../../sdk/src/capture/ledger/files.js";
-import { RolloutRetiredError } from "../../../sdk/src/capture/ledger/errors.js";
-import { RolloutIndex } from "../../../sdk/src/capture/ledger/rollout-index.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
+} from "#sdk/capture/ledger/files.js";
+import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
+import { RolloutIndex } from "#sdk/capture/ledger/rollout-index.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   custodyRow,
   ledgerAt,

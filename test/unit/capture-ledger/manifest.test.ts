@@ -8,9 +8,9 @@ import {
   LEDGER_ROW_MISSING_RESPONSE_ID,
   callRecordFromRow,
   manifestFromRows,
-} from "../../../sdk/src/capture/ledger/manifest.js";
-import type { LedgerRow } from "../../../sdk/src/capture/ledger/row-codec.js";
-import { stampRows } from "../../../sdk/src/capture/ledger/stamp.js";
+} from "#sdk/capture/ledger/manifest.js";
+import type { LedgerRow } from "#sdk/capture/ledger/row-codec.js";
+import { stampRows } from "#sdk/capture/ledger/stamp.js";
 import { custodyRow, ledgerAt, makeTempDir, plant, removeTempDir } from "./helpers.js";
 
 const failureRow = (id: string, reason: string): LedgerRow => ({

@@ -4,12 +4,9 @@
  * and `retireLedgers`. The fsync order of these operations is in `durability.test.ts`.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  InvalidLedgerKeyError,
-  RolloutRetiredError,
-} from "../../../sdk/src/capture/ledger/errors.js";
-import { FENCE_WINDOW } from "../../../sdk/src/capture/ledger/capture-ledger.js";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
+import { InvalidLedgerKeyError, RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
+import { FENCE_WINDOW } from "#sdk/capture/ledger/capture-ledger.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   custodyRow,
   ledgerAt,

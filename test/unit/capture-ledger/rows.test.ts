@@ -11,7 +11,7 @@ import {
   InvalidLedgerKeyError,
   InvalidLedgerRowError,
   LedgerConflictError,
-} from "../../../sdk/src/capture/ledger/errors.js";
+} from "#sdk/capture/ledger/errors.js";
 import {
   custodyRow,
   ledgerAt,

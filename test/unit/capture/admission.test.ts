@@ -1,6 +1,6 @@
 /** CaptureAdmission: the token_in and text rules, strict types. */
 import { describe, expect, it } from "vitest";
-import { CaptureAdmissionSchema } from "../../../sdk/src/capture/admission.js";
+import { CaptureAdmissionSchema } from "#sdk/capture/admission.js";
 import { childAdmission, hex, textAdmission } from "./helpers.js";
 
 const continuation = {

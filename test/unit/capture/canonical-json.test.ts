@@ -5,9 +5,9 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { canonicalJson, ryuFloatJson } from "../../../sdk/src/capture/canonical-json.js";
-import { parsePythonJson } from "../../../sdk/src/capture/python-json-parse.js";
-import { PyFloat, pyFloat } from "../../../sdk/src/capture/python-json.js";
+import { canonicalJson, ryuFloatJson } from "#sdk/capture/canonical-json.js";
+import { parsePythonJson } from "#sdk/capture/python-json-parse.js";
+import { PyFloat, pyFloat } from "#sdk/capture/python-json.js";
 import { expectReason } from "./helpers.js";
 
 describe("ryuFloatJson (orjson floats)", () => {

@@ -9,12 +9,12 @@ import {
   generationCutRecordFromWire,
   remainingOutputLimit,
   type GenerationCutContinuation,
-} from "../../../sdk/src/capture/continuation.js";
-import { conversationDigest } from "../../../sdk/src/capture/fingerprints.js";
+} from "#sdk/capture/continuation.js";
+import { conversationDigest } from "#sdk/capture/fingerprints.js";
 import {
   GenerationCutPrefixAckSchema,
   generationCutFailureAck,
-} from "../../../sdk/src/capture/generation-cut.js";
+} from "#sdk/capture/generation-cut.js";
 import { expectAgreesWithSchema, mostly, throughJson } from "../../support/fast-path.js";
 import { expectReason, hex } from "./helpers.js";
 

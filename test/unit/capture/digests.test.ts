@@ -12,8 +12,8 @@ import {
   hashTokenIds,
   stagingDigest,
   type StagingDigestInput,
-} from "../../../sdk/src/capture/digests.js";
-import { pyFloat } from "../../../sdk/src/capture/python-json.js";
+} from "#sdk/capture/digests.js";
+import { pyFloat } from "#sdk/capture/python-json.js";
 import { Bytes, countDigests, expectReason, float32Bytes, hex, tokenIdBytes } from "./helpers.js";
 
 const tokenIds = fc.array(fc.integer({ min: 0, max: 2 ** 32 }), { maxLength: 20 });

@@ -9,7 +9,7 @@ import {
   assistantFingerprint,
   canonicalizeToolArguments,
   conversationDigest,
-} from "../../../sdk/src/capture/fingerprints.js";
+} from "#sdk/capture/fingerprints.js";
 import { Bytes, expectReason } from "./helpers.js";
 
 /** The hash of `domain` then each `[tag, value]` field. */

@@ -17,8 +17,8 @@ import {
   type GenerationCutInventory,
   type GenerationCutPrefix,
   type GenerationCutReceipt,
-} from "../../../sdk/src/capture/generation-cut.js";
-import { pyFloat, pythonJson } from "../../../sdk/src/capture/python-json.js";
+} from "#sdk/capture/generation-cut.js";
+import { pyFloat, pythonJson } from "#sdk/capture/python-json.js";
 import { expectAgreesWithSchema, mostly, throughJson } from "../../support/fast-path.js";
 import { expectReason, hex } from "./helpers.js";
 

@@ -4,11 +4,11 @@
  */
 import { createHash } from "node:crypto";
 import { expect } from "vitest";
-import type { CaptureAdmissionInput } from "../../../sdk/src/capture/admission.js";
-import { CaptureError, type CaptureErrorReason } from "../../../sdk/src/capture/capture-error.js";
-import { observeDigests, type DigestKind } from "../../../sdk/src/capture/digests.js";
-import type { StageResult, StagedCallRecord } from "../../../sdk/src/capture/records.js";
-import type { StagingSink } from "../../../sdk/src/capture/worker-capture.js";
+import type { CaptureAdmissionInput } from "#sdk/capture/admission.js";
+import { CaptureError, type CaptureErrorReason } from "#sdk/capture/capture-error.js";
+import { observeDigests, type DigestKind } from "#sdk/capture/digests.js";
+import type { StageResult, StagedCallRecord } from "#sdk/capture/records.js";
+import type { StagingSink } from "#sdk/capture/worker-capture.js";
 
 /**
  * Builds hash inputs by hand with Buffer, independently of the module under test, so a wrong field

@@ -11,7 +11,7 @@ import {
   pyFloat,
   pythonFloatJson,
   pythonJson,
-} from "../../../sdk/src/capture/python-json.js";
+} from "#sdk/capture/python-json.js";
 import { expectReason } from "./helpers.js";
 
 describe("pythonFloatJson (Python repr of a float)", () => {

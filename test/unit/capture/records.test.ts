@@ -5,7 +5,7 @@ import {
   chainHash,
   extrasDigest,
   hashTokenIds,
-} from "../../../sdk/src/capture/digests.js";
+} from "#sdk/capture/digests.js";
 import {
   CallRecordSchema,
   CommitCoordsSchema,
@@ -16,7 +16,7 @@ import {
   stagedCallRecordFromComponents,
   stagingKey,
   type StagedCallComponents,
-} from "../../../sdk/src/capture/records.js";
+} from "#sdk/capture/records.js";
 import { countDigests, expectReason, hex } from "./helpers.js";
 
 function components(overrides: Partial<StagedCallComponents> = {}): StagedCallComponents {

@@ -10,7 +10,7 @@ import {
   CaptureAdmissionSchema,
   type CaptureAdmission,
   type CaptureAdmissionInput,
-} from "../../../sdk/src/capture/admission.js";
+} from "#sdk/capture/admission.js";
 import {
   EMPTY_EXTRAS_DIGEST,
   chainHash,
@@ -18,17 +18,17 @@ import {
   hashTokenIds,
   observeDigests,
   type DigestKind,
-} from "../../../sdk/src/capture/digests.js";
+} from "#sdk/capture/digests.js";
 import {
   CommitCoordsSchema,
   StagedCallRecordSchema,
   type StagedCallRecord,
-} from "../../../sdk/src/capture/records.js";
+} from "#sdk/capture/records.js";
 import {
   RolloutTokenCapture,
   type ActiveCall,
   type BeginCallOptions,
-} from "../../../sdk/src/capture/worker-capture.js";
+} from "#sdk/capture/worker-capture.js";
 import {
   MemorySink,
   childAdmission,

@@ -7,12 +7,12 @@ import {
   freshCheckpointId,
   parseCaptureKeys,
   readEpisodesFile,
-} from "../../../sdk/src/cli/ckpt.js";
-import { splitList } from "../../../sdk/src/cli/defaults.js";
-import { UsageError } from "../../../sdk/src/cli/output.js";
-import { PrepareResult } from "../../../sdk/src/client/coordination.js";
-import { captureKey, episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { CheckpointIdSchema, type PrepareReply } from "../../../sdk/src/wire/control.js";
+} from "#sdk/cli/ckpt.js";
+import { splitList } from "#sdk/cli/defaults.js";
+import { UsageError } from "#sdk/cli/output.js";
+import { PrepareResult } from "#sdk/client/coordination.js";
+import { captureKey, episodeId } from "#sdk/identity/episode-id.js";
+import { CheckpointIdSchema, type PrepareReply } from "#sdk/wire/control.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-ckpt-scope-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

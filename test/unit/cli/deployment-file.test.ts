@@ -1,4 +1,4 @@
-import { asCliError } from "../../../sdk/src/cli/output.js";
+import { asCliError } from "#sdk/cli/output.js";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -14,8 +14,8 @@ import {
   resolveEntrypoint,
   serverUrl,
   type DeploymentProblem,
-} from "../../../sdk/src/cli/deployment-file.js";
-import { ResolvedDeploymentSchema } from "../../../sdk/src/wire/deployment.js";
+} from "#sdk/cli/deployment-file.js";
+import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
 const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));
 const DEPLOYMENTS = path.join(FIXTURES, "deployments");

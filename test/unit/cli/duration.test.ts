@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatDuration, parseDuration } from "../../../sdk/src/cli/duration.js";
-import { UsageError } from "../../../sdk/src/cli/output.js";
+import { formatDuration, parseDuration } from "#sdk/cli/duration.js";
+import { UsageError } from "#sdk/cli/output.js";
 
 describe("parseDuration", () => {
   it.each([

@@ -3,8 +3,8 @@
  * of `invokedAs`, the order they are tried in, and what `processIo` and `commandOf` make of it.
  */
 import { describe, expect, it } from "vitest";
-import { invokedAs } from "../../../sdk/src/cli/invocation.js";
-import { commandOf, processIo } from "../../../sdk/src/cli/output.js";
+import { invokedAs } from "#sdk/cli/invocation.js";
+import { commandOf, processIo } from "#sdk/cli/output.js";
 
 const CHECKOUT_MAIN = "/work/repo/sdk/src/cli/main.ts";
 const PROJECT_BIN = "/home/u/project/node_modules/.bin/gym";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { chooseFreePorts } from "../../../sdk/src/cli/ports.js";
-import { CliError } from "../../../sdk/src/cli/output.js";
+import { chooseFreePorts } from "#sdk/cli/ports.js";
+import { CliError } from "#sdk/cli/output.js";
 
 describe("choosing free ports", () => {
   it("gives distinct ports on the same host", async () => {

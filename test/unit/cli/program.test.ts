@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { Io } from "../../../sdk/src/cli/output.js";
-import { runCli } from "../../../sdk/src/cli/program.js";
+import type { Io } from "#sdk/cli/output.js";
+import { runCli } from "#sdk/cli/program.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-program-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

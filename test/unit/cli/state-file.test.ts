@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, existsSync 
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { CliError } from "../../../sdk/src/cli/output.js";
+import { CliError } from "#sdk/cli/output.js";
 import {
   chooseStateFile,
   readLastPrepare,
@@ -14,7 +14,7 @@ import {
   writeState,
   type RunState,
   type StateServer,
-} from "../../../sdk/src/cli/state-file.js";
+} from "#sdk/cli/state-file.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-state-file-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

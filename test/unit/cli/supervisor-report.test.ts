@@ -7,7 +7,7 @@ import { appendFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { lastLines, startFailureReport } from "../../../sdk/src/cli/supervisor.js";
+import { lastLines, startFailureReport } from "#sdk/cli/supervisor.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-supervisor-report-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));

@@ -6,8 +6,8 @@ import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ControlPlane, STOP_CONCURRENCY } from "../../../sdk/src/control/control-plane.js";
-import { decodeJson } from "../../../sdk/src/wire/json-value.js";
+import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
+import { decodeJson } from "#sdk/wire/json-value.js";
 import {
   InjectedError,
   TestParticipant,

@@ -3,8 +3,8 @@
  * reply.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ControlPlane } from "../../../sdk/src/control/control-plane.js";
-import type { PrepareReply } from "../../../sdk/src/wire/control.js";
+import { ControlPlane } from "#sdk/control/control-plane.js";
+import type { PrepareReply } from "#sdk/wire/control.js";
 import {
   InjectedError,
   TestParticipant,

@@ -28,8 +28,8 @@ const bounded = vi.hoisted(() => {
   return state;
 });
 
-vi.mock("../../../sdk/src/util/deadline.js", async (importOriginal) => {
-  const original = await importOriginal<typeof import("../../../sdk/src/util/deadline.js")>();
+vi.mock("#sdk/util/deadline.js", async (importOriginal) => {
+  const original = await importOriginal<typeof import("#sdk/util/deadline.js")>();
   return {
     ...original,
     awaitUntil: <T>(work: Promise<T>, deadlineTs: number) => {

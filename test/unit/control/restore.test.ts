@@ -3,7 +3,7 @@
  * and the reopen rules after a failed restore. Real temporary directories.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { RestoreReply } from "../../../sdk/src/wire/storage.js";
+import type { RestoreReply } from "#sdk/wire/storage.js";
 import {
   InjectedError,
   ep,

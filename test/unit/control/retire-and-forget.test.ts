@@ -3,9 +3,9 @@
  * docs/control-plane.md.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ControlPlane, STOP_CONCURRENCY } from "../../../sdk/src/control/control-plane.js";
-import { GymError } from "../../../sdk/src/errors.js";
-import type { ForgetRequest, RetireRequest } from "../../../sdk/src/wire/control.js";
+import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
+import { GymError } from "#sdk/errors.js";
+import type { ForgetRequest, RetireRequest } from "#sdk/wire/control.js";
 import {
   InjectedError,
   TestParticipant,

@@ -4,8 +4,8 @@
  */
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../../sdk/src/errors.js";
-import type { Operation } from "../../../sdk/src/wire/control.js";
+import { InvalidRequestError } from "#sdk/errors.js";
+import type { Operation } from "#sdk/wire/control.js";
 import {
   eps,
   expectCode,

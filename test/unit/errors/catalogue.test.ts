@@ -8,7 +8,7 @@ import {
   GymError,
   InvalidRequestError,
   UnauthorizedError,
-} from "../../../sdk/src/errors.js";
+} from "#sdk/errors.js";
 
 /** The codes and statuses of the checkpoint contract, participant-specific ones included. */
 const SPEC_CODES: Record<string, number> = {

@@ -16,7 +16,7 @@ import {
   failpoint,
   parseFailpoints,
   setFailpoint,
-} from "../../../sdk/src/util/failpoints.js";
+} from "#sdk/util/failpoints.js";
 import { runCommand } from "../../../demo/gym-process.js";
 
 const SDK_SRC = fileURLToPath(new URL("../../../sdk/src", import.meta.url));

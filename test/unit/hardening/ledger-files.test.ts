@@ -7,10 +7,10 @@ import { execFileSync } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CaptureLedger } from "../../../sdk/src/capture/ledger/capture-ledger.js";
-import { CorruptLedgerError } from "../../../sdk/src/capture/ledger/errors.js";
-import { captureFileName } from "../../../sdk/src/capture/ledger/files.js";
-import { RowCache } from "../../../sdk/src/capture/ledger/row-cache.js";
+import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
+import { CorruptLedgerError } from "#sdk/capture/ledger/errors.js";
+import { captureFileName } from "#sdk/capture/ledger/files.js";
+import { RowCache } from "#sdk/capture/ledger/row-cache.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 
 const dirs: string[] = [];

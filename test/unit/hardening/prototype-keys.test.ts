@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { addUsage } from "../../../reference-servers/simple-agent/src/turn-loop.js";
-import { UnknownServerError } from "../../../sdk/src/client/errors.js";
-import { ServerClient } from "../../../sdk/src/client/server-client.js";
+import { UnknownServerError } from "#sdk/client/errors.js";
+import { ServerClient } from "#sdk/client/server-client.js";
 
 describe("ServerClient.server", () => {
   it("knows only the servers the deployment names", async () => {
@@ -50,7 +50,7 @@ describe("the Simple Agent's usage sums", () => {
 
 describe("cookies named like Object.prototype members", () => {
   it("are kept as own cookies, __proto__ included", async () => {
-    const { setCookieJar } = await import("../../../sdk/src/util/cookies.js");
+    const { setCookieJar } = await import("#sdk/util/cookies.js");
     const jar = setCookieJar(["__proto__=a; Path=/", "constructor=b", "plain=c"]);
     expect(Object.keys(jar).sort()).toEqual(["__proto__", "constructor", "plain"]);
     expect(Object.getPrototypeOf(jar)).toBe(Object.prototype);

@@ -5,12 +5,12 @@
  * named (20,000 took 20 s and 33 s). Checked by what the work touches, not by how long it takes.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { AttemptMap, AttemptSet } from "../../../sdk/src/control/attempt-keys.js";
-import type { Participant } from "../../../sdk/src/control/participant.js";
-import { episodeId, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
-import { EnvironmentParticipant } from "../../../sdk/src/participants/environment/environment-participant.js";
-import { PolicyParticipant } from "../../../sdk/src/participants/model/policy-participant.js";
-import { ITEMS_PER_TURN, forEachConcurrently } from "../../../sdk/src/util/deadline.js";
+import { AttemptMap, AttemptSet } from "#sdk/control/attempt-keys.js";
+import type { Participant } from "#sdk/control/participant.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { EnvironmentParticipant } from "#sdk/participants/environment/environment-participant.js";
+import { PolicyParticipant } from "#sdk/participants/model/policy-participant.js";
+import { ITEMS_PER_TURN, forEachConcurrently } from "#sdk/util/deadline.js";
 
 afterEach(() => {
   vi.restoreAllMocks();

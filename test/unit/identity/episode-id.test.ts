@@ -11,7 +11,7 @@ import {
   parseEpisodeId,
   rolloutIdProblem,
   sameEpisode,
-} from "../../../sdk/src/identity/episode-id.js";
+} from "#sdk/identity/episode-id.js";
 
 /** Valid rollout IDs: the safe pattern, never ending in the reserved `-a<N>` suffix. */
 const rolloutIdArb = fc

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { rolloutPath, splitRolloutPath } from "../../../sdk/src/identity/rollout-prefix.js";
+import { rolloutPath, splitRolloutPath } from "#sdk/identity/rollout-prefix.js";
 
 describe("rollout path prefix", () => {
   it("prefixes a path with its capture key", () => {

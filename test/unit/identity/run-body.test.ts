@@ -1,12 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { GymError } from "../../../sdk/src/errors.js";
-import { fromCaptureKey } from "../../../sdk/src/identity/episode-id.js";
+import { GymError } from "#sdk/errors.js";
+import { fromCaptureKey } from "#sdk/identity/episode-id.js";
 import {
   InvalidRunRolloutError,
   captureKeyFromRunBody,
   episodeFromRunBody,
-} from "../../../sdk/src/identity/run-body.js";
+} from "#sdk/identity/run-body.js";
 
 describe("rollout of a /run body", () => {
   it("derives <task>-<rollout> at the stamped attempt", () => {

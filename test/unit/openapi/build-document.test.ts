@@ -11,16 +11,16 @@ import type {
 } from "openapi3-ts/oas31";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { ERROR_CATALOGUE } from "../../../sdk/src/errors.js";
+import { ERROR_CATALOGUE } from "#sdk/errors.js";
 import {
   buildOpenApiDocument,
   CONTROL_TAG,
   OpenApiDocumentError,
   type OpenApiOptions,
-} from "../../../sdk/src/openapi/build-document.js";
-import { CONTROL_ROUTES } from "../../../sdk/src/wire/control-routes.js";
-import type { RouteDoc } from "../../../sdk/src/wire/route-doc.js";
-import { generatedDocuments } from "../../../sdk/src/cli/openapi.js";
+} from "#sdk/openapi/build-document.js";
+import { CONTROL_ROUTES } from "#sdk/wire/control-routes.js";
+import type { RouteDoc } from "#sdk/wire/route-doc.js";
+import { generatedDocuments } from "#sdk/cli/openapi.js";
 
 const CONTROL: OpenApiOptions = { title: "control", version: "0.0.0", controlRoutes: true };
 

@@ -5,21 +5,21 @@
  * sessions, and notifications.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { ControlPlane } from "../../../sdk/src/control/control-plane.js";
-import { episodeId, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
+import { ControlPlane } from "#sdk/control/control-plane.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
 import type {
   AgentSessionHooks,
   AgentSessionRecord,
   RestoredAgentSession,
-} from "../../../sdk/src/participants/agent/agent-records.js";
+} from "#sdk/participants/agent/agent-records.js";
 import {
   ActivationCancelledError,
   AgentSessionParticipant,
   type AgentActivation,
-} from "../../../sdk/src/participants/agent/agent-session-participant.js";
-import { untilSettledOrAborted } from "../../../sdk/src/util/abortable.js";
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
-import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+} from "#sdk/participants/agent/agent-session-participant.js";
+import { untilSettledOrAborted } from "#sdk/util/abortable.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 import { expectCode, flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 
 const r1 = episodeId("r1");

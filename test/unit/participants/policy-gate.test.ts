@@ -3,15 +3,15 @@
  * responses, readiness, the cut round's selection, and the gate part of retire.
  */
 import { describe, expect, it } from "vitest";
-import { RetiredAttempts } from "../../../sdk/src/control/retired-attempts.js";
-import { GymError } from "../../../sdk/src/errors.js";
-import { episodeId, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
+import { RetiredAttempts } from "#sdk/control/retired-attempts.js";
+import { GymError } from "#sdk/errors.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
 import {
   CallRetiredError,
   PolicyGate,
   type PolicyGateOptions,
   type Ticket,
-} from "../../../sdk/src/participants/model/policy-gate.js";
+} from "#sdk/participants/model/policy-gate.js";
 import { flush } from "../../support/test-participant.js";
 
 const r0 = episodeId("r", 0);

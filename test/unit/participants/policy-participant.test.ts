@@ -8,26 +8,23 @@ import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import {
-  CaptureLedger,
-  type LedgerRemoval,
-} from "../../../sdk/src/capture/ledger/capture-ledger.js";
-import { RolloutRetiredError } from "../../../sdk/src/capture/ledger/errors.js";
-import type { LedgerRow } from "../../../sdk/src/capture/ledger/row-codec.js";
-import { conversationDigest } from "../../../sdk/src/capture/fingerprints.js";
-import { ControlPlane } from "../../../sdk/src/control/control-plane.js";
-import { GymError } from "../../../sdk/src/errors.js";
-import { episodeId, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
-import type { Ticket } from "../../../sdk/src/participants/model/policy-gate.js";
+import { CaptureLedger, type LedgerRemoval } from "#sdk/capture/ledger/capture-ledger.js";
+import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
+import type { LedgerRow } from "#sdk/capture/ledger/row-codec.js";
+import { conversationDigest } from "#sdk/capture/fingerprints.js";
+import { ControlPlane } from "#sdk/control/control-plane.js";
+import { GymError } from "#sdk/errors.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import type { Ticket } from "#sdk/participants/model/policy-gate.js";
 import {
   PolicyParticipant,
   UNTAGGED_BLOCKER,
   type ModelRecord,
   type PolicyParticipantOptions,
-} from "../../../sdk/src/participants/model/policy-participant.js";
-import type { CutRecord } from "../../../sdk/src/participants/model/restored-cuts.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
-import type { PrepareRequest } from "../../../sdk/src/wire/control.js";
+} from "#sdk/participants/model/policy-participant.js";
+import type { CutRecord } from "#sdk/participants/model/restored-cuts.js";
+import { deferred } from "#sdk/util/deferred.js";
+import type { PrepareRequest } from "#sdk/wire/control.js";
 import { custodyRow, listDir, plant } from "../capture-ledger/helpers.js";
 import {
   commitReq,

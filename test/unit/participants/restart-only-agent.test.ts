@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { CheckpointError, GymError } from "../../../sdk/src/errors.js";
-import { episodeId, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
-import type { AgentSessionRecord } from "../../../sdk/src/participants/agent/agent-records.js";
-import { RestartOnlyAgentParticipant } from "../../../sdk/src/participants/agent/restart-only-participant.js";
+import { CheckpointError, GymError } from "#sdk/errors.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import type { AgentSessionRecord } from "#sdk/participants/agent/agent-records.js";
+import { RestartOnlyAgentParticipant } from "#sdk/participants/agent/restart-only-participant.js";
 import { flush } from "../../support/test-participant.js";
 
 const prepare = { checkpoint_id: "c1", deadline_ts: 0 };

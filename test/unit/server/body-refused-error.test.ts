@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { GymError, InvalidRequestError } from "../../../sdk/src/errors.js";
-import { BodyRefusedError } from "../../../sdk/src/server/json-body.js";
+import { GymError, InvalidRequestError } from "#sdk/errors.js";
+import { BodyRefusedError } from "#sdk/server/json-body.js";
 
 describe("BodyRefusedError", () => {
   const made: [string, BodyRefusedError, number][] = [

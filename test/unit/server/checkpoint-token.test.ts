@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError } from "../../../sdk/src/errors.js";
-import { bearerAuth } from "../../../sdk/src/server/bearer-auth.js";
-import { Server, resolveCheckpointSettings } from "../../../sdk/src/server/server.js";
+import { ConfigError } from "#sdk/errors.js";
+import { bearerAuth } from "#sdk/server/bearer-auth.js";
+import { Server, resolveCheckpointSettings } from "#sdk/server/server.js";
 
 const BLANK = [" ", "   ", "\t", "\n", " \t\r\n ", "\u00a0", "\u2003"];
 

@@ -6,7 +6,7 @@ import express from "express";
 import { pino } from "pino";
 import request from "supertest";
 import { describe, expect, it } from "vitest";
-import { errorHandler } from "../../../sdk/src/server/error-handler.js";
+import { errorHandler } from "#sdk/server/error-handler.js";
 
 function app(): express.Express {
   const app = express();

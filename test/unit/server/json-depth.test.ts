@@ -3,13 +3,8 @@ import fc from "fast-check";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { JsonDepthScanner, MAX_BODY_DEPTH } from "../../../sdk/src/server/json-depth.js";
-import {
-  JsonPayloadSchema,
-  decodeJson,
-  encodeJson,
-  type JsonValue,
-} from "../../../sdk/src/wire/json-value.js";
+import { JsonDepthScanner, MAX_BODY_DEPTH } from "#sdk/server/json-depth.js";
+import { JsonPayloadSchema, decodeJson, encodeJson, type JsonValue } from "#sdk/wire/json-value.js";
 
 /** The nesting depth of a parsed JSON value (the outermost container is level 1). */
 function depthOf(value: unknown): number {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { mayHoldProtoKey, protoKeyPath } from "../../../sdk/src/server/proto-key.js";
+import { mayHoldProtoKey, protoKeyPath } from "#sdk/server/proto-key.js";
 
 describe("protoKeyPath", () => {
   it("finds an own __proto__ key at any depth, literal or escaped", () => {

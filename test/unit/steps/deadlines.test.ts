@@ -3,11 +3,8 @@
  * step during one, does not count; a wait step's time does. Clocks are fake.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import {
-  EpisodeDeadlineError,
-  EpisodeRetiredError,
-} from "../../../sdk/src/steps/episode-errors.js";
-import { EpisodeSteps } from "../../../sdk/src/steps/episode-steps.js";
+import { EpisodeDeadlineError, EpisodeRetiredError } from "#sdk/steps/episode-errors.js";
+import { EpisodeSteps } from "#sdk/steps/episode-steps.js";
 import { manualStep, track } from "./helpers.js";
 
 const START_MS = Date.UTC(2030, 0, 1);

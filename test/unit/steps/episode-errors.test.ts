@@ -3,12 +3,12 @@
  * reasons are local errors naming their episode.
  */
 import { describe, expect, it } from "vitest";
-import { EpisodeError, GymError } from "../../../sdk/src/errors.js";
+import { EpisodeError, GymError } from "#sdk/errors.js";
 import {
   EpisodeAlreadyRunningError,
   EpisodeDeadlineError,
   EpisodeRetiredError,
-} from "../../../sdk/src/steps/episode-errors.js";
+} from "#sdk/steps/episode-errors.js";
 
 describe("episode errors", () => {
   it("a duplicate begin is an EpisodeError with code checkpoint_error and its envelope", () => {

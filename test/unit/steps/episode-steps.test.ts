@@ -3,14 +3,11 @@
  * retire, exports and notifications. Episodes are driven by hand through deferreds; nothing sleeps.
  */
 import { describe, expect, it, vi } from "vitest";
-import { EpisodeError } from "../../../sdk/src/errors.js";
-import {
-  EpisodeAlreadyRunningError,
-  EpisodeRetiredError,
-} from "../../../sdk/src/steps/episode-errors.js";
-import { EpisodeSteps } from "../../../sdk/src/steps/episode-steps.js";
-import { deferred } from "../../../sdk/src/util/deferred.js";
-import type { JsonValue } from "../../../sdk/src/wire/json-value.js";
+import { EpisodeError } from "#sdk/errors.js";
+import { EpisodeAlreadyRunningError, EpisodeRetiredError } from "#sdk/steps/episode-errors.js";
+import { EpisodeSteps } from "#sdk/steps/episode-steps.js";
+import { deferred } from "#sdk/util/deferred.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 import { StepFailure, aborted, manualStep, settleMicrotasks, track } from "./helpers.js";
 
 /** A signal that has already fired: a retire cut short at once. */

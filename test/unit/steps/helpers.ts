@@ -3,7 +3,7 @@
  * continuations run. Nothing here sleeps: `settleMicrotasks` only drains the microtask queue,
  * which is all the runner's own continuations need (it does no I/O).
  */
-import { deferred, type Deferred } from "../../../sdk/src/util/deferred.js";
+import { deferred, type Deferred } from "#sdk/util/deferred.js";
 
 /** What a tracked promise has done so far. */
 export interface Tracked<T> {

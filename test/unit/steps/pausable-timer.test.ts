@@ -3,7 +3,7 @@
  * firing once, and long delays. Clocks are fake.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { PausableTimer } from "../../../sdk/src/steps/pausable-timer.js";
+import { PausableTimer } from "#sdk/steps/pausable-timer.js";
 
 describe("PausableTimer", () => {
   beforeEach(() => {

@@ -9,7 +9,7 @@ import { mkdirSync } from "node:fs";
 import { mkdir as mkdirReal, mkdtemp, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { makeDirectories } from "../../../sdk/src/store/safe-fs.js";
+import { makeDirectories } from "#sdk/store/safe-fs.js";
 import {
   expectStateError,
   makeTempDir,

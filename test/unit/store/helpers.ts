@@ -7,12 +7,12 @@ import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { expect } from "vitest";
-import { CheckpointStateError } from "../../../sdk/src/errors.js";
-import { fromCaptureKey, type EpisodeId } from "../../../sdk/src/identity/episode-id.js";
-import { readCheckpoint } from "../../../sdk/src/store/records-reader.js";
-import { RecordsWriter, type WriteTarget } from "../../../sdk/src/store/records-writer.js";
-import { JsonPayloadSchema } from "../../../sdk/src/wire/json-value.js";
-import { recordSchema, type RecordBase } from "../../../sdk/src/wire/storage.js";
+import { CheckpointStateError } from "#sdk/errors.js";
+import { fromCaptureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { readCheckpoint } from "#sdk/store/records-reader.js";
+import { RecordsWriter, type WriteTarget } from "#sdk/store/records-writer.js";
+import { JsonPayloadSchema } from "#sdk/wire/json-value.js";
+import { recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 
 export const KIND = "environment";
 export const INSTANCE = "env-1";

@@ -9,9 +9,9 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CheckpointStateError } from "../../../sdk/src/errors.js";
-import { encodeJson, MAX_JSON_DEPTH, type JsonValue } from "../../../sdk/src/wire/json-value.js";
-import type { Manifest } from "../../../sdk/src/wire/storage.js";
+import { CheckpointStateError } from "#sdk/errors.js";
+import { encodeJson, MAX_JSON_DEPTH, type JsonValue } from "#sdk/wire/json-value.js";
+import type { Manifest } from "#sdk/wire/storage.js";
 import {
   INSTANCE,
   KIND,

@@ -7,8 +7,8 @@
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { readCheckpoint } from "../../../sdk/src/store/records-reader.js";
-import { encodeRecordLine } from "../../../sdk/src/store/records-writer.js";
+import { readCheckpoint } from "#sdk/store/records-reader.js";
+import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import {
   INSTANCE,
   KIND,

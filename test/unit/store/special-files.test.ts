@@ -11,9 +11,9 @@ import { mkdir, readdir, rename, rm, symlink } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { inspectCheckpoint } from "../../../sdk/src/cli/inspect.js";
-import { fsyncDir } from "../../../sdk/src/store/fs-sync.js";
-import { refuseOccupiedDir } from "../../../sdk/src/store/records-writer.js";
+import { inspectCheckpoint } from "#sdk/cli/inspect.js";
+import { fsyncDir } from "#sdk/store/fs-sync.js";
+import { refuseOccupiedDir } from "#sdk/store/records-writer.js";
 import {
   expectStateError,
   lines,

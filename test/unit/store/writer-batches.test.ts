@@ -3,8 +3,8 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { episodeId } from "../../../sdk/src/identity/episode-id.js";
-import { RecordsWriter, encodeRecordLine } from "../../../sdk/src/store/records-writer.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { RecordsWriter, encodeRecordLine } from "#sdk/store/records-writer.js";
 
 let dir: string;
 beforeEach(async () => {

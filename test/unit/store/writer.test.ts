@@ -6,10 +6,10 @@
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { CheckpointStateError } from "../../../sdk/src/errors.js";
-import { participantDir } from "../../../sdk/src/store/paths.js";
-import { encodeRecordLine } from "../../../sdk/src/store/records-writer.js";
-import { decodeJson } from "../../../sdk/src/wire/json-value.js";
+import { CheckpointStateError } from "#sdk/errors.js";
+import { participantDir } from "#sdk/store/paths.js";
+import { encodeRecordLine } from "#sdk/store/records-writer.js";
+import { decodeJson } from "#sdk/wire/json-value.js";
 import {
   INSTANCE,
   KIND,

@@ -1,10 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import {
-  awaitUntil,
-  deadlineSignal,
-  sleep,
-  timeoutSignal,
-} from "../../../sdk/src/util/deadline.js";
+import { awaitUntil, deadlineSignal, sleep, timeoutSignal } from "#sdk/util/deadline.js";
 
 describe("awaitUntil with a deadline already past", () => {
   it("counts work that has already settled", async () => {

@@ -1,8 +1,8 @@
 /** `withFields` builds what an object spread builds, for any JSON objects. */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodeJson } from "../../../sdk/src/wire/json-value.js";
-import { withFields } from "../../../sdk/src/util/with-fields.js";
+import { decodeJson } from "#sdk/wire/json-value.js";
+import { withFields } from "#sdk/util/with-fields.js";
 
 const object = fc.dictionary(
   fc.oneof(fc.string(), fc.constantFrom("__proto__", "constructor", "a", "b", "0", "1")),

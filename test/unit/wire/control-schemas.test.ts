@@ -7,7 +7,7 @@ import {
   RestoreRequestSchema,
   RetireRequestSchema,
   prepareReport,
-} from "../../../sdk/src/wire/control.js";
+} from "#sdk/wire/control.js";
 
 const base = { checkpoint_id: "c1", deadline_ts: 1_000 };
 

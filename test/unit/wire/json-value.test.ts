@@ -13,7 +13,7 @@ import {
   decodeJson,
   encodeJson,
   type JsonValue,
-} from "../../../sdk/src/wire/json-value.js";
+} from "#sdk/wire/json-value.js";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

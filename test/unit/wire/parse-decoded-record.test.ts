@@ -5,17 +5,13 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { episodeIdFromWire } from "../../../sdk/src/identity/episode-id.js";
-import { AgentSessionRecordSchema } from "../../../sdk/src/participants/agent/agent-records.js";
-import { EnvironmentRecordSchema } from "../../../sdk/src/participants/environment/environment-participant.js";
-import { ModelRecordSchema } from "../../../sdk/src/participants/model/policy-participant.js";
-import { ResourcesRecordSchema } from "../../../sdk/src/participants/resources/resources-participant.js";
-import { decodeJson, withDecodedPayloadsTrusted } from "../../../sdk/src/wire/json-value.js";
-import {
-  parseDecodedRecord,
-  recordSchema,
-  type RecordBase,
-} from "../../../sdk/src/wire/storage.js";
+import { episodeIdFromWire } from "#sdk/identity/episode-id.js";
+import { AgentSessionRecordSchema } from "#sdk/participants/agent/agent-records.js";
+import { EnvironmentRecordSchema } from "#sdk/participants/environment/environment-participant.js";
+import { ModelRecordSchema } from "#sdk/participants/model/policy-participant.js";
+import { ResourcesRecordSchema } from "#sdk/participants/resources/resources-participant.js";
+import { decodeJson, withDecodedPayloadsTrusted } from "#sdk/wire/json-value.js";
+import { parseDecodedRecord, recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 import { z } from "zod";
 import { expectAgreesWithSchema, mostly } from "../../support/fast-path.js";
 

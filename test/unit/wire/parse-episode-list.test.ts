@@ -4,14 +4,14 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { InvalidRequestError } from "../../../sdk/src/errors.js";
-import { episodeIdsFromWire } from "../../../sdk/src/identity/episode-id.js";
+import { InvalidRequestError } from "#sdk/errors.js";
+import { episodeIdsFromWire } from "#sdk/identity/episode-id.js";
 import {
   CommitRequestSchema,
   RestoreRequestSchema,
   RetireRequestSchema,
-} from "../../../sdk/src/wire/control.js";
-import { parseBody, parseEpisodeListBody } from "../../../sdk/src/wire/parse.js";
+} from "#sdk/wire/control.js";
+import { parseBody, parseEpisodeListBody } from "#sdk/wire/parse.js";
 
 /** An entry of `episode_ids`: mostly valid, sometimes wrong in one of the ways zod refuses. */
 const entryArb: fc.Arbitrary<unknown> = fc.oneof(

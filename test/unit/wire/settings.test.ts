@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError } from "../../../sdk/src/errors.js";
-import { resolveCheckpointSettings } from "../../../sdk/src/server/server.js";
+import { ConfigError } from "#sdk/errors.js";
+import { resolveCheckpointSettings } from "#sdk/server/server.js";
 
 describe("checkpoint settings", () => {
   it("is off with defaults when the block is absent", () => {

@@ -1,8 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  isRestartReply,
-  verifyModeOf,
-} from "../../../../sdk/src/participants/environment/checkpoint-headers.js";
+import { isRestartReply, verifyModeOf } from "#sdk/participants/environment/checkpoint-headers.js";
 
 describe("isRestartReply", () => {
   it("matches the header name in any casing, in Headers and plain records", () => {

@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
-import type { CheckpointError } from "../../../../sdk/src/errors.js";
-import { GymError } from "../../../../sdk/src/errors.js";
-import { episodeId } from "../../../../sdk/src/identity/episode-id.js";
+import type { CheckpointError } from "#sdk/errors.js";
+import { GymError } from "#sdk/errors.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   EnvironmentParticipant,
   type AdmittedEpisode,
-} from "../../../../sdk/src/participants/environment/environment-participant.js";
-import { taskDigest } from "../../../../sdk/src/participants/environment/task-digest.js";
-import type { PrepareRequest } from "../../../../sdk/src/wire/control.js";
+} from "#sdk/participants/environment/environment-participant.js";
+import { taskDigest } from "#sdk/participants/environment/task-digest.js";
+import type { PrepareRequest } from "#sdk/wire/control.js";
 
 const TASK = { task_id: { taskset: "t", task_id: "1" }, task_input: { n: 1 } };
 const OTHER = { task_id: { taskset: "t", task_id: "2" }, task_input: { n: 2 } };

@@ -1,12 +1,12 @@
 import { flush } from "../../../support/test-participant.js";
 import { describe, expect, it } from "vitest";
-import { episodeId, type EpisodeId } from "../../../../sdk/src/identity/episode-id.js";
-import { GymError } from "../../../../sdk/src/errors.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { GymError } from "#sdk/errors.js";
 import {
   ResourcesParticipant,
   type ResourcesParticipantOptions,
-} from "../../../../sdk/src/participants/resources/resources-participant.js";
-import type { JsonValue } from "../../../../sdk/src/wire/json-value.js";
+} from "#sdk/participants/resources/resources-participant.js";
+import type { JsonValue } from "#sdk/wire/json-value.js";
 
 const prepare = { checkpoint_id: "c1", deadline_ts: 0 };
 const signal = () => new AbortController().signal;

@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { episodeId, type EpisodeId } from "../../../../sdk/src/identity/episode-id.js";
-import { GymError } from "../../../../sdk/src/errors.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { GymError } from "#sdk/errors.js";
 import {
   ResourcesParticipant,
   type ResourcesRecord,
-} from "../../../../sdk/src/participants/resources/resources-participant.js";
+} from "#sdk/participants/resources/resources-participant.js";
 
 const prepare = { checkpoint_id: "c1", deadline_ts: 0 };
 const signal = () => new AbortController().signal;
