@@ -65,13 +65,13 @@ export {
   loadDeploymentFile,
   resolveDeployment,
   serverUrl,
-} from "./cli/deployment-file.js";
+} from "./deployment/index.js";
 export type {
   DeploymentProblem,
   LoadOptions,
   LoadedDeployment,
   LoadedServer,
-} from "./cli/deployment-file.js";
+} from "./deployment/index.js";
 export {
   DeploymentFileSchema,
   DeploymentServerSchema,

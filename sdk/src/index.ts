@@ -121,6 +121,8 @@ export type {
   VerifyResult,
 } from "./server/resources-server.js";
 export type { ResourcesSession } from "./server/resources/session-cookie.js";
+export { SessionStateServer } from "./server/resources/session-state-server.js";
+export type { StateToolInput } from "./server/resources/session-state-server.js";
 export {
   AggregateMetricsRequestSchema,
   aggregateMetrics,
@@ -161,18 +163,24 @@ export { isRestartReply, verifyModeOf } from "./participants/environment/checkpo
 export type { ReplyHeaders } from "./participants/environment/checkpoint-headers.js";
 
 // ---- Agent servers ----------------------------------------------------------------------
-export { AgentConfigSchema, AgentServer, PartialSessionSetupError } from "./server/agent-server.js";
+export { AgentConfigSchema, AgentServer } from "./server/agent-server.js";
+export type { AgentConfig, AgentParticipant } from "./server/agent-server.js";
+export { PartialSessionSetupError } from "./server/agent/agent-hooks.js";
 export type {
   ActivationContext,
   AgentCloseResult,
-  AgentConfig,
   AgentSessionView,
+  CloseSessionStateInput,
+  CreateSessionStateInput,
+  ExportAgentSessionsInput,
   LegacyRunInput,
   LegacyRunSteps,
   RespondInput,
   RespondResult,
-  StoredActivationReply,
-} from "./server/agent-server.js";
+  RestoreAgentSessionsInput,
+  RetireAgentSessionInput,
+} from "./server/agent/agent-hooks.js";
+export type { StoredActivationReply } from "./participants/agent/agent-session-table.js";
 export {
   ACTIVATION_HEADER,
   AgentCloseReplySchema,
@@ -185,7 +193,7 @@ export {
   ResponsesCreateRequestSchema,
   ToolAccessSchema,
   parseActivationIndex,
-} from "./server/agent/agent-wire.js";
+} from "./wire/agent.js";
 export type {
   AgentCloseReply,
   AgentCloseRequest,
@@ -195,7 +203,7 @@ export type {
   McpToolAccess,
   ResponsesCreateRequest,
   ToolAccess,
-} from "./server/agent/agent-wire.js";
+} from "./wire/agent.js";
 export { ActivationCancelledError } from "./participants/agent/agent-session-participant.js";
 export type { BoundarySnapshot } from "./participants/agent/agent-session-participant.js";
 export {

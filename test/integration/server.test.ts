@@ -24,10 +24,10 @@ class IdleParticipant extends Participant {
     return prepareReport({ ready: true });
   }
   async retire(_episode: EpisodeId): Promise<void> {}
-  exportRecords(): [] {
+  async export(): Promise<[]> {
     return [];
   }
-  restoreRecords(): void {}
+  async install(): Promise<void> {}
 }
 
 let release: (() => void) | null = null;

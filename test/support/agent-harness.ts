@@ -22,22 +22,22 @@ import request from "supertest";
 import { expect } from "vitest";
 import { captureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
 import type { RestoredAgentSession } from "#sdk/participants/agent/agent-records.js";
-import type { AgentSeedRequest } from "#sdk/server/agent/agent-wire.js";
+import type { AgentSeedRequest } from "#sdk/wire/agent.js";
+import { AgentServer } from "#sdk/server/agent-server.js";
 import {
-  AgentServer,
   PartialSessionSetupError,
   type AgentCloseResult,
   type LegacyRunInput,
   type RespondInput,
   type RespondResult,
-} from "#sdk/server/agent-server.js";
+} from "#sdk/server/agent/agent-hooks.js";
 import type { ServerOptions } from "#sdk/server/server.js";
 import { untilSettledOrAborted } from "#sdk/util/abortable.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
 import type { JsonValue } from "#sdk/wire/json-value.js";
 import { CONTROL, controlRoutes } from "./control-routes.js";
 export { CONTROL } from "./control-routes.js";
-import { ACTIVATION_HEADER } from "#sdk/server/agent/agent-wire.js";
+import { ACTIVATION_HEADER } from "#sdk/wire/agent.js";
 
 // ------------------------------------------------------------------------------ the model
 

@@ -435,7 +435,7 @@ export function probeDeliveries<S = undefined>(
   policy: Policy,
   snapshot: () => S = () => undefined as S,
 ): DeliveryProbe<S> {
-  const gate = policy.server.policyParticipant?.gate;
+  const gate = policy.server.participant?.gate;
   if (gate === undefined) throw new Error("the policy server has no gate");
   const snapshots: S[] = [];
   const watchers = new Set<{ n: number; resolve: () => void }>();

@@ -26,7 +26,7 @@ import { startFakeModelServer, type FakeModelServer } from "./fake-model-server.
 import { makeTempDir, removeTempDir } from "./test-participant.js";
 import { CONTROL, controlRoutes } from "./control-routes.js";
 export { CONTROL } from "./control-routes.js";
-import { ACTIVATION_HEADER } from "#sdk/server/agent/agent-wire.js";
+import { ACTIVATION_HEADER } from "#sdk/wire/agent.js";
 
 export const TOKEN = "simple-agent-token";
 export const CHECKPOINT_ON = { enabled: true, control_auth_token: TOKEN } as const;

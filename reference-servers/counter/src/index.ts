@@ -1,105 +1,37 @@
-/**
- * The counter: an `exported` resources server. A tool increments a per-session counter; `/verify`
- * rewards 1.0 only when the count equals the task's target, so the right reward after a crash
- * needs the restored state; the base class's `/aggregate_metrics` sums up many verify responses.
- * See docs/resources-server.md for a walk-through.
- */
+/** The counter, an `exported` resources server (docs/resources-server.md): a tool adds to a
+ * per-session count; `/verify` rewards 1.0 only when the count equals the task's target. */
 import { z } from "zod";
-import {
-  InvalidRequestError,
-  ResourcesServer,
-  dataRoute,
-  isMainModule,
-  resourcesSession,
-  serveMain,
-  type JsonValue,
-  type SessionRouteInput,
-} from "gym-participant-sdk";
+import { SessionStateServer, isMainModule, serveMain } from "gym-participant-sdk";
+import type { SessionRouteInput } from "gym-participant-sdk";
 
 const Task = z.looseObject({ initial_count: z.int().default(0), target: z.int().optional() });
 const NativeSeed = z.looseObject({ resources_session_id: z.string(), task_data: Task });
-const Seed = z.union([NativeSeed, Task]);
-const Counter = z.strictObject({ count: z.int(), target: z.int().nullable() });
-type Counter = z.infer<typeof Counter>;
+const Counter = z.strictObject({ count: z.int(), target: z.int().nullable() }); // int: safe integers
 
-export default class CounterServer extends ResourcesServer {
-  static override checkpointMode = "exported" as const;
-  readonly counters = new Map<string, Counter>();
-
-  protected override seedRequestSchema() {
-    return Seed;
+export default class CounterServer extends SessionStateServer<z.infer<typeof Counter>> {
+  protected override readonly stateSchema = Counter;
+  protected override readonly seedSchema = z.union([NativeSeed, Task]);
+  protected override initialState({ body }: SessionRouteInput) {
+    const task = Task.parse(NativeSeed.safeParse(body).data?.task_data ?? body);
+    return { count: task.initial_count, target: task.target ?? null };
   }
-
-  protected override seedSession({ body, session }: SessionRouteInput) {
-    const native = NativeSeed.safeParse(body);
-    const task = native.success ? native.data.task_data : Task.parse(body);
-    if (native.success) session.replaceId(native.data.resources_session_id);
-    if (!this.counters.has(session.id)) {
-      this.counters.set(session.id, { count: task.initial_count, target: task.target ?? null });
-    }
-    return native.success ? { resources_session_id: session.id } : {};
-  }
-
   protected override tools() {
+    const increment = z.strictObject({ count: z.int() }); // required: a model leaving it out is told
     return [
-      dataRoute({
-        method: "post",
-        path: "/increment_counter",
-        summary: "Add to this session's counter",
-        // `count` is required, as in the reference counter: a model that leaves it out made a
-        // mistake the tool result should tell it about.
-        request: z.strictObject({ count: z.int() }),
-        handler: (input) => {
-          const id = resourcesSession(input).id;
-          const counter = this.counters.get(id);
-          // No state for a session nobody seeded: nothing would ever free it.
-          if (counter === undefined) return { success: false };
-          const count = counter.count + input.body.count;
-          if (!Number.isSafeInteger(count)) {
-            const message = "count would take the counter past the largest safe integer";
-            throw new InvalidRequestError(message, [{ path: ["count"], message }]);
-          }
-          this.counters.set(id, { ...counter, count });
-          return { success: true };
-        },
-      }),
-      dataRoute({
-        method: "post",
-        path: "/get_counter_value",
-        summary: "Read this session's counter",
-        handler: (input) => ({ count: this.counters.get(resourcesSession(input).id)?.count ?? 0 }),
-      }),
+      this.stateTool("/increment_counter", "Add to this session's counter", increment, (call) => ({
+        success:
+          call.state !== undefined &&
+          call.setState({ ...call.state, count: call.state.count + call.body.count }),
+      })),
+      this.stateTool("/get_counter_value", "Read this session's counter", null, ({ state }) => ({
+        count: state?.count ?? 0,
+      })),
     ];
   }
-
   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
-    const counter = this.counters.get(session.id);
+    const counter = this.states.get(session.id);
     const target = typeof body.expected_count === "number" ? body.expected_count : counter?.target;
     return { reward: counter !== undefined && counter.count === target ? 1.0 : 0.0 };
-  }
-
-  protected override closeSession({ session }: SessionRouteInput) {
-    this.counters.delete(session.id);
-    return { resources_session_id: session.id };
-  }
-
-  protected override async exportSessionStates({ sessionIds }: { sessionIds: readonly string[] }) {
-    const held = sessionIds.filter((id) => this.counters.has(id)); // a dropped session is left out
-    return Object.fromEntries(held.map((id) => [id, this.counters.get(id) as JsonValue]));
-  }
-
-  /** Each restored state is checked against this before the hook runs (422 naming the episode). */
-  protected override sessionStateSchema() {
-    return Counter;
-  }
-
-  protected override async restoreSessionStates({ states }: { states: Record<string, JsonValue> }) {
-    // Checked already by sessionStateSchema(): every state is a Counter.
-    for (const [id, state] of Object.entries(states)) this.counters.set(id, state as Counter);
-  }
-
-  protected override async retireSessionState({ sessionId }: { sessionId: string }) {
-    this.counters.delete(sessionId);
   }
 }
 

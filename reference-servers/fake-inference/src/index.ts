@@ -94,7 +94,7 @@ interface Runtime {
  * });
  * const { url } = await backend.listen({ port: 0 });
  */
-export default class FakeInferenceServer extends Server {
+export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
   /** The scripted turn policy (`POST /_ctl/script`). */
   readonly script = new TurnScript();
   /** The hold rule and its release event (`POST /_ctl/hold`, `POST /_ctl/release`). */
@@ -108,13 +108,13 @@ export default class FakeInferenceServer extends Server {
     super(options);
   }
 
-  protected override configSchema(): z.ZodType {
+  protected override configSchema(): z.ZodType<FakeInferenceConfig> {
     return FakeInferenceConfigSchema;
   }
 
   /** The validated settings. */
   get settings(): FakeInferenceConfig {
-    return this.config as FakeInferenceConfig;
+    return this.config;
   }
 
   /** The bearer token of the cut route, or null when none is configured. */

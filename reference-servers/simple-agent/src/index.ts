@@ -67,16 +67,16 @@ const ExportedSessionSchema = z.strictObject({
  * });
  * await agent.listen({ port: 0 });
  */
-export default class SimpleAgent extends AgentServer<SimpleSessionState> {
+export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleAgentConfig> {
   static override checkpointSessionsSupported = true;
 
-  protected override configSchema(): z.ZodType {
+  protected override configSchema(): z.ZodType<SimpleAgentConfig> {
     return SimpleAgentConfigSchema;
   }
 
   /** The validated settings. */
   get simpleConfig(): SimpleAgentConfig {
-    return this.config as SimpleAgentConfig;
+    return this.config;
   }
 
   // ---- Sessions ----------------------------------------------------------------------------

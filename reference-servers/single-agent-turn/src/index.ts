@@ -66,7 +66,7 @@ export type {
  * //     config: { cleanup_timeout_seconds: 30, resources_server: counter, agent_server: agent }
  * @see docs/environment-server.md
  */
-export default class SingleAgentTurnServer extends EnvironmentServer {
+export default class SingleAgentTurnServer extends EnvironmentServer<SingleAgentTurnConfig> {
   static override checkpointBoundaries = true;
 
   constructor(options: ServerOptions) {
@@ -82,10 +82,10 @@ export default class SingleAgentTurnServer extends EnvironmentServer {
 
   /** The validated settings. */
   get settings(): SingleAgentTurnConfig {
-    return this.config as SingleAgentTurnConfig;
+    return this.config;
   }
 
-  protected override configSchema(): z.ZodType {
+  protected override configSchema(): z.ZodType<SingleAgentTurnConfig> {
     return SingleAgentTurnConfigSchema.superRefine((config, ctx) => {
       for (const key of ["resources_server", "agent_server"] as const) {
         if (!Object.hasOwn(this.deployment.servers, config[key])) {

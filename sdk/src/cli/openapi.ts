@@ -10,7 +10,8 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { sdkVersion } from "./defaults.js";
-import { loadDeploymentFile, resolveDeployment } from "./deployment-file.js";
+import { loadDeploymentFile } from "../deployment/load.js";
+import { resolveDeployment } from "../deployment/resolve.js";
 import { CliError, commandOf, type Io } from "./output.js";
 
 /** One generated document: its file name inside the output directory and its text. */

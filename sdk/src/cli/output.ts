@@ -3,7 +3,7 @@
  * CLI in-process and capture them), and the two errors that carry an exit status.
  */
 import { DEFAULT_COMMAND, invokedAs } from "./invocation.js";
-import { DEPLOYMENT_FILE_HINT, DeploymentFileError } from "./deployment-file.js";
+import { DeploymentFileError } from "../deployment/errors.js";
 
 /** Where a command writes: people read `out`, problems and progress go to `err`. */
 export interface Io {
@@ -61,6 +61,10 @@ export class CliError extends Error {
     super(message, options);
   }
 }
+
+/** What to do about a {@link DeploymentFileError}, as the `gym` command says it. */
+export const DEPLOYMENT_FILE_HINT =
+  "fix what each line above names, then run the command again (see docs/deployment.md for the format)";
 
 /** The command was called wrongly: exit status 2. */
 export class UsageError extends CliError {

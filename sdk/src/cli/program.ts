@@ -5,17 +5,11 @@
  *
  * @see docs/deployment.md
  */
-import { Command, CommanderError, Option } from "commander";
-import { CheckpointIdSchema } from "../wire/control.js";
-import type { CommitScope } from "./ckpt.js";
-import {
-  DEFAULT_DEADLINE_MS,
-  DEFAULT_GRACE_MS,
-  DEFAULT_HEALTH_TIMEOUT_MS,
-  sdkVersion,
-  splitList,
-} from "./defaults.js";
-import { formatDuration, parseDuration } from "./duration.js";
+import { Command, CommanderError } from "commander";
+import { duration, positiveDuration, runner, type Handlers } from "./actions.js";
+import { registerCkpt } from "./ckpt/index.js";
+import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS, sdkVersion, splitList } from "./defaults.js";
+import { commandsOverview } from "./help.js";
 import {
   CliError,
   asCliError,
@@ -28,35 +22,11 @@ import {
   type Io,
 } from "./output.js";
 
-const ROOT_HELP = `
-Commands and their options:
-  gym serve <deployment.yaml>   start every server, wait for GET /health, print the table
-      --detach                  return once every server is up (a background supervisor stays)
-      --foreground              also stream every server's log here, prefixed by its name
-      --only NAME[,NAME]        start only these (the others must already run per the state file)
-      --state FILE              the state file (default: .gym/run.json next to the deployment)
-      --health-timeout 30s      how long each server gets to answer GET /health
-      --grace 15s               SIGTERM → SIGKILL delay when stopping
-  gym stop [deployment.yaml]    stop every server of the run (SIGTERM, then SIGKILL after --grace);
-                                nothing running is not an error
-      --kill                    SIGKILL every process group at once (simulates a crash)
-      --only NAME[,NAME]  --state FILE  --deployment FILE  --grace 15s  --json
-  gym ckpt <verb>               the checkpoint controller from a shell (gym ckpt --help):
-      status [--deadline 30s]                 every participant's status
-      prepare --id ID [--deadline 30s]        prepare in stage order; blockers and restarts
-      commit --id ID --dir DIR [--scope continued|all] [--episodes FILE]
-      resume --id ID                          resume in reverse stage order
-      checkpoint --dir DIR [--deadline 30s]   prepare + commit + resume with a fresh ID, timed
-      restore --id ID --dir DIR (--episodes FILE | --all) [--resume]
-      retire (--episodes FILE | --keys KEY[,KEY]) [--id ID]
-                                              stop attempts everywhere, callers first
-      forget --rollouts ID[,ID] [--id ID]     drop the retired marks of finished rollouts
-      inspect DIR                             verify and list a checkpoint, no server needed
-      every verb but inspect: --state FILE | --deployment FILE, --json, --deadline DURATION
-  gym openapi [--out DIR] [--check] [--deployment FILE]
-                                              write (or check) the generated OpenAPI documents:
-                                              the control contract, or each server's
-
+/**
+ * What the root help adds after the commands (whose overview comes from their definitions, see
+ * `help.ts`): the conventions every command shares, and an example session.
+ */
+const ROOT_NOTES = `
 Durations: 500ms, 30s, 2m. Capture keys: task-3 (attempt 0), task-3-a1 (attempt 1).
 --episodes FILE is always a file of capture keys, one per line; --keys lists them inline.
 Only serve and stop take the deployment file as an argument; ckpt verbs take --deployment FILE.
@@ -72,78 +42,6 @@ Example:
 
 See docs/deployment.md and docs/controller.md.`;
 
-const CKPT_HELP = `
-Every verb but inspect reads the run's state file (--state FILE, or .gym/run.json next to
---deployment FILE, or ./.gym/run.json), discovers the participants and prints a table, or the
-replies as JSON with --json. --deadline bounds each step (default ${formatDuration(DEFAULT_DEADLINE_MS)}).
-
-commit's default scope (continued) sends episode_ids: null when the last prepare of that ID
-reported no restarts; when it reported some, pass --episodes FILE (capture keys in flight, one
-per line) and the restarts are left out, or --scope all.
-
---episodes FILE is a file of capture keys, one per line, for every verb that takes it; retire
-also takes the keys inline with --keys KEY[,KEY].
-
-Exit status: 0 success; 1 refused (each server's error code is printed, with what to do); 2 bad usage.`;
-
-interface Handlers {
-  readonly io: Io;
-  /** Records the status an action finished with. */
-  exit(code: number): void;
-  /** Whether the running action prints JSON (errors then also go to stdout as JSON). */
-  json(enabled: boolean): void;
-}
-
-function checkpointId(value: string, flag = "--id"): string {
-  const parsed = CheckpointIdSchema.safeParse(value);
-  if (!parsed.success) {
-    throw new UsageError(
-      `${flag} ${JSON.stringify(value)} is not a checkpoint ID`,
-      "use letters, digits, '.', '_' and '-', starting with a letter or digit (at most 128)",
-    );
-  }
-  return parsed.data;
-}
-
-function duration(value: string | undefined, flag: string, fallback: number): number {
-  return value === undefined ? fallback : parseDuration(value, flag);
-}
-
-function positiveDuration(value: string | undefined, flag: string, fallback: number): number {
-  const ms = duration(value, flag, fallback);
-  if (ms <= 0) throw new UsageError(`${flag} must be longer than 0`, `e.g. ${flag} 30s`);
-  return ms;
-}
-
-interface CommonCkptFlags {
-  state?: string;
-  deployment?: string;
-  json?: boolean;
-  deadline?: string;
-}
-
-function common(flags: CommonCkptFlags): {
-  state?: string;
-  deployment?: string;
-  json?: boolean;
-  deadlineMs: number;
-} {
-  return {
-    state: flags.state,
-    deployment: flags.deployment,
-    json: flags.json,
-    deadlineMs: duration(flags.deadline, "--deadline", DEFAULT_DEADLINE_MS),
-  };
-}
-
-function withCommon(command: Command): Command {
-  return command
-    .option("--state <file>", "the run's state file (default: .gym/run.json)")
-    .option("--deployment <file>", "find the state file next to this deployment file")
-    .option("--json", "print the replies as JSON")
-    .option("--deadline <duration>", "bound of each step, e.g. 30s", "30s");
-}
-
 /** Builds the `gym` program; actions report their status through `handlers`. */
 function buildProgram(handlers: Handlers): Command {
   const { io } = handlers;
@@ -158,13 +56,10 @@ function buildProgram(handlers: Handlers): Command {
       writeErr: (text) => io.err(text.replace(/\n$/, "")),
     })
     .showHelpAfterError("(run the command with --help for its usage)")
-    .addHelpText("after", ROOT_HELP);
+    // Built when shown: by then every command below is defined.
+    .addHelpText("after", () => `\n${commandsOverview(program)}\n${ROOT_NOTES}`);
 
-  const run =
-    <A extends unknown[]>(action: (...args: A) => Promise<number>) =>
-    async (...args: A): Promise<void> => {
-      handlers.exit(await action(...args));
-    };
+  const run = runner(handlers);
 
   program
     .command("serve")
@@ -212,7 +107,9 @@ function buildProgram(handlers: Handlers): Command {
 
   program
     .command("stop")
-    .description("stop the servers of a run: SIGTERM each process group, SIGKILL after --grace")
+    .description(
+      "stop the servers of a run: SIGTERM each process group, SIGKILL after --grace; nothing running is not an error",
+    )
     .argument("[deployment]", "the deployment file the run was started from (as --deployment)")
     .option("--state <file>", "the run's state file (default: .gym/run.json)")
     .option("--deployment <file>", "find the state file next to this deployment file")
@@ -256,186 +153,7 @@ function buildProgram(handlers: Handlers): Command {
       ),
     );
 
-  const ckpt = program
-    .command("ckpt")
-    .description("drive checkpoints of the running deployment (gym ckpt --help for the verbs)")
-    .addHelpText("after", CKPT_HELP);
-
-  withCommon(ckpt.command("status").description("every participant's status, as a table")).action(
-    run(async (flags: CommonCkptFlags) => {
-      handlers.json(flags.json === true);
-      const { statusCommand } = await import("./ckpt.js");
-      return await statusCommand(common(flags), io);
-    }),
-  );
-
-  withCommon(
-    ckpt
-      .command("prepare")
-      .description("prepare every participant in stage order; prints blockers and restarts")
-      .requiredOption("--id <id>", "the checkpoint ID"),
-  ).action(
-    run(async (flags: CommonCkptFlags & { id: string }) => {
-      handlers.json(flags.json === true);
-      const { prepareCommand } = await import("./ckpt.js");
-      return await prepareCommand(checkpointId(flags.id), common(flags), io);
-    }),
-  );
-
-  const scopeOption = (): Option =>
-    new Option(
-      "--scope <scope>",
-      "what to commit: the continued episodes of the last prepare, or all",
-    )
-      .choices(["continued", "all"])
-      .default("continued");
-
-  withCommon(
-    ckpt
-      .command("commit")
-      .description("commit the prepared checkpoint to a directory")
-      .requiredOption("--id <id>", "the checkpoint ID (prepared)")
-      .requiredOption("--dir <dir>", "the checkpoint directory")
-      .addOption(scopeOption())
-      .option("--episodes <file>", "the continued episodes: capture keys, one per line"),
-  ).action(
-    run(
-      async (
-        flags: CommonCkptFlags & { id: string; dir: string; scope: CommitScope; episodes?: string },
-      ) => {
-        handlers.json(flags.json === true);
-        const { commitCommand } = await import("./ckpt.js");
-        return await commitCommand(
-          checkpointId(flags.id),
-          flags.dir,
-          { ...common(flags), scope: flags.scope, episodes: flags.episodes },
-          io,
-        );
-      },
-    ),
-  );
-
-  withCommon(
-    ckpt
-      .command("resume")
-      .description("resume every participant in reverse stage order (also aborts a checkpoint)")
-      .requiredOption("--id <id>", "the checkpoint ID"),
-  ).action(
-    run(async (flags: CommonCkptFlags & { id: string }) => {
-      handlers.json(flags.json === true);
-      const { resumeCommand } = await import("./ckpt.js");
-      return await resumeCommand(checkpointId(flags.id), common(flags), io);
-    }),
-  );
-
-  withCommon(
-    ckpt
-      .command("checkpoint")
-      .description("prepare + commit + resume with a fresh ID; prints the timings per stage")
-      .requiredOption("--dir <dir>", "the checkpoint directory")
-      .addOption(scopeOption())
-      .option("--episodes <file>", "the continued episodes: capture keys, one per line"),
-  ).action(
-    run(async (flags: CommonCkptFlags & { dir: string; scope: CommitScope; episodes?: string }) => {
-      handlers.json(flags.json === true);
-      const { checkpointCommand } = await import("./ckpt.js");
-      return await checkpointCommand(
-        flags.dir,
-        { ...common(flags), scope: flags.scope, episodes: flags.episodes },
-        io,
-      );
-    }),
-  );
-
-  withCommon(
-    ckpt
-      .command("restore")
-      .description("restore a checkpoint into fresh processes, all or nothing")
-      .requiredOption("--id <id>", "the restore's checkpoint ID (resume it with the same ID)")
-      .requiredOption("--dir <dir>", "the checkpoint directory")
-      .option("--episodes <file>", "the episodes to continue: capture keys, one per line")
-      .option("--all", "continue every episode the checkpoint holds")
-      .option("--resume", "resume right after a successful restore"),
-  ).action(
-    run(
-      async (
-        flags: CommonCkptFlags & {
-          id: string;
-          dir: string;
-          episodes?: string;
-          all?: boolean;
-          resume?: boolean;
-        },
-      ) => {
-        handlers.json(flags.json === true);
-        const { restoreCommand } = await import("./ckpt.js");
-        return await restoreCommand(
-          checkpointId(flags.id),
-          flags.dir,
-          {
-            ...common(flags),
-            episodes: flags.episodes,
-            all: flags.all === true,
-            resume: flags.resume === true,
-          },
-          io,
-        );
-      },
-    ),
-  );
-
-  withCommon(
-    ckpt
-      .command("retire")
-      .description("stop these attempts (and earlier ones) everywhere, callers first")
-      .option("--episodes <file>", "the attempts to stop: capture keys, one per line")
-      .option("--keys <keys>", "the attempts to stop, inline: capture keys, KEY[,KEY]")
-      .option("--id <id>", "checkpoint ID for fencing (default: a fresh one)"),
-  ).action(
-    run(async (flags: CommonCkptFlags & { episodes?: string; keys?: string; id?: string }) => {
-      handlers.json(flags.json === true);
-      const { retireCommand } = await import("./ckpt.js");
-      return await retireCommand(
-        {
-          file: flags.episodes,
-          keys: flags.keys === undefined ? undefined : splitList(flags.keys, "--keys"),
-        },
-        { ...common(flags), id: flags.id === undefined ? undefined : checkpointId(flags.id) },
-        io,
-      );
-    }),
-  );
-
-  withCommon(
-    ckpt
-      .command("forget")
-      .description("drop the retired marks of finished rollouts, callers first")
-      .requiredOption("--rollouts <ids>", "rollout IDs, ID[,ID]")
-      .option("--id <id>", "checkpoint ID for fencing (default: a fresh one)"),
-  ).action(
-    run(async (flags: CommonCkptFlags & { rollouts: string; id?: string }) => {
-      handlers.json(flags.json === true);
-      const { forgetCommand } = await import("./ckpt.js");
-      return await forgetCommand(
-        splitList(flags.rollouts, "--rollouts"),
-        { ...common(flags), id: flags.id === undefined ? undefined : checkpointId(flags.id) },
-        io,
-      );
-    }),
-  );
-
-  ckpt
-    .command("inspect")
-    .description("verify and list a checkpoint directory without any server")
-    .argument("<dir>", "the checkpoint directory")
-    .option("--json", "print the report as JSON")
-    .action(
-      run(async (dir: string, flags: { json?: boolean }) => {
-        handlers.json(flags.json === true);
-        const { inspectCommand } = await import("./inspect.js");
-        return await inspectCommand(dir, { json: flags.json === true }, io);
-      }),
-    );
+  registerCkpt(program, handlers);
 
   program
     .command("openapi")

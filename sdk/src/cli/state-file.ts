@@ -7,10 +7,13 @@
  */
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
-import { z } from "zod";
-import { ResolvedDeploymentSchema, SERVER_KINDS } from "../wire/deployment.js";
-import { PrepareReplySchema } from "../wire/control.js";
 import { CliError, UsageError } from "./output.js";
+import {
+  LastPrepareSchema,
+  RunStateSchema,
+  type LastPrepare,
+  type RunState,
+} from "./state-schema.js";
 import { chooseStateFile, writeFileAtomic, writeStateFile } from "./state-io.js";
 
 export {
@@ -24,45 +27,7 @@ export {
   writeFileAtomic,
 } from "./state-io.js";
 export type { StatePaths } from "./state-io.js";
-
-export const StateServerSchema = z.object({
-  name: z.string(),
-  kind: z.enum(SERVER_KINDS),
-  url: z.string(),
-  /** The server process. */
-  pid: z.number().int().positive(),
-  /** Its process group (the server was started as a group leader, so usually equal to pid). */
-  pgid: z.number().int().positive(),
-  /** Where its output goes. */
-  log: z.string(),
-  /** The `gym serve` process watching it (it reaps the server when it exits), or null. */
-  supervisor_pid: z.number().int().positive().nullable(),
-  started_at: z.string(),
-});
-/** One started server in the state file. */
-export type StateServer = z.infer<typeof StateServerSchema>;
-
-export const RunStateSchema = z.object({
-  version: z.literal(1),
-  /** The deployment file the run was started from (absolute). */
-  deployment_file: z.string(),
-  /** The resolved deployment every server process received (absolute). */
-  resolved_file: z.string(),
-  /** The resolved deployment itself, so other verbs need nothing else. */
-  deployment: ResolvedDeploymentSchema,
-  servers: z.record(z.string(), StateServerSchema),
-});
-/** The state file's contents. */
-export type RunState = z.infer<typeof RunStateSchema>;
-
-export const LastPrepareSchema = z.object({
-  checkpoint_id: z.string(),
-  prepared: z.boolean(),
-  at: z.string(),
-  replies: z.record(z.string(), PrepareReplySchema),
-});
-/** The last prepare's outcome, kept for `gym ckpt commit`'s default scope. */
-export type LastPrepare = z.infer<typeof LastPrepareSchema>;
+export type { LastPrepare, RunState, StateServer } from "./state-schema.js";
 
 function readJson(file: string): unknown {
   return JSON.parse(readFileSync(file, "utf8")) as unknown;

@@ -1,11 +1,12 @@
 /**
  * Where a run's files live and how they are written, without validation (and without loading
- * zod): the supervisor uses this. `state-file.ts` adds the schemas and validated reads.
+ * zod): the supervisor uses this. `state-file.ts` adds validated reads (`state-schema.ts` holds
+ * the shapes).
  */
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import type { RunState } from "./state-file.js";
+import type { RunState } from "./state-schema.js";
 
 /** The state directory's name next to a deployment file. */
 export const STATE_DIR_NAME = ".gym";

@@ -30,7 +30,7 @@ import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
 import { asCliError, commandOf, describeError, type Io } from "./output.js";
 import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
-import type { RunState, StateServer } from "./state-file.js";
+import type { RunState, StateServer } from "./state-schema.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
 
 /** One server the supervisor starts. */

@@ -22,9 +22,9 @@ export type CloseAdmissionRequest = PrepareRequest | RestoreRequest;
  * - `closeAdmission` stops new work and asks running work to park; `openAdmission` lets it go.
  * - `readiness` says whether every live execution is at a committable boundary; call
  *   {@link notify} whenever that may have changed, so a waiting prepare re-checks.
- * - `exportRecords` returns frozen records; a retried commit reuses them, so do not mutate the
+ * - `export` returns frozen records; a retried commit reuses them, so do not mutate the
  *   exported state in place until resume.
- * - `restoreRecords` validates every record before installing any, each under its next attempt.
+ * - `install` validates every record before installing any, each under its next attempt.
  * - `retire` stops this attempt and earlier ones, waits, frees their state; if it throws, what
  *   still runs stays tracked so a retry stops it.
  *
@@ -52,9 +52,16 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   /** Stops the work of `episode` and every earlier attempt, waits, frees their state. */
   abstract retire(episode: EpisodeId, signal: AbortSignal): Promise<void>;
   /** The records of a prepared participant within `scope` (null: everything live). */
-  abstract exportRecords(scope: readonly EpisodeId[] | null): R[] | Promise<R[]>;
-  /** Validates all records, then installs each under its next attempt. */
-  abstract restoreRecords(records: readonly R[], signal: AbortSignal): void | Promise<void>;
+  abstract export(scope: readonly EpisodeId[] | null, signal: AbortSignal): Promise<R[]>;
+  /**
+   * Validates all records, then installs each under its next attempt; `scope` is every episode
+   * the restore continues, including ones with no record here.
+   */
+  abstract install(
+    records: readonly R[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void>;
 
   /** Cheap readiness check used while a prepare waits. */
   ready(): boolean {
@@ -88,23 +95,6 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   /** Frees restored state of a replacement that never started, leaving no refusal mark. */
   async deleteRestored(episode: EpisodeId, signal: AbortSignal): Promise<void> {
     await this.retire(episode, signal);
-  }
-
-  /** Exports (async); defaults to {@link exportRecords}. */
-  async export(scope: readonly EpisodeId[] | null, _signal: AbortSignal): Promise<R[]> {
-    return await this.exportRecords(scope);
-  }
-
-  /**
-   * Installs restored records; `scope` is every episode the restore continues, including ones
-   * with no record here. Defaults to {@link restoreRecords}.
-   */
-  async install(
-    records: readonly R[],
-    _scope: readonly EpisodeId[],
-    signal: AbortSignal,
-  ): Promise<void> {
-    await this.restoreRecords(records, signal);
   }
 
   /** Extra fields of the commit reply. */

@@ -5,9 +5,7 @@
  * @see docs/environment-server.md
  * @module
  */
-import type { Express } from "express";
 import { z } from "zod";
-import type { Participant } from "../control/participant.js";
 import { CheckpointError, ConfigError, EpisodeError, InvalidRequestError } from "../errors.js";
 import {
   EpisodeIdSchema,
@@ -133,11 +131,6 @@ export {
   type ReplyHeaders,
 } from "../participants/environment/checkpoint-headers.js";
 
-interface EnvironmentServerClass {
-  readonly name: string;
-  readonly checkpointBoundaries: unknown;
-}
-
 const MAX_REASON = 2000;
 
 /**
@@ -165,7 +158,9 @@ const MAX_REASON = 2000;
  * @experimental
  * @see docs/environment-server.md
  */
-export abstract class EnvironmentServer extends Server {
+export abstract class EnvironmentServer<
+  Config extends EnvironmentConfig = EnvironmentConfig,
+> extends Server<Config> {
   /** Whether episodes record boundaries (and so can be continued). @default false */
   static checkpointBoundaries = false;
 
@@ -175,11 +170,11 @@ export abstract class EnvironmentServer extends Server {
 
   constructor(options: ServerOptions) {
     super(options);
-    const cls = this.constructor as unknown as EnvironmentServerClass;
-    if (typeof cls.checkpointBoundaries !== "boolean") {
-      throw new ConfigError(`${cls.name}.checkpointBoundaries must be true or false`);
+    const declared: unknown = new.target.checkpointBoundaries;
+    if (typeof declared !== "boolean") {
+      throw new ConfigError(`${new.target.name}.checkpointBoundaries must be true or false`);
     }
-    this.checkpointBoundaries = cls.checkpointBoundaries;
+    this.checkpointBoundaries = declared;
     const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
     if (this.checkpointEnabled && workers !== 1) {
       throw new ConfigError(
@@ -189,7 +184,7 @@ export abstract class EnvironmentServer extends Server {
   }
 
   /** The environment participant (null with checkpointing off). */
-  get participant(): EnvironmentParticipant | null {
+  override get participant(): EnvironmentParticipant | null {
     this.app();
     return this.#participant;
   }
@@ -201,33 +196,33 @@ export abstract class EnvironmentServer extends Server {
   protected abstract runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome>;
 
   /**
-   * The `config:` settings: {@link EnvironmentConfigSchema} (`cleanup_timeout_seconds` required).
-   * Override it with `EnvironmentConfigSchema.extend({...})` to add settings.
+   * The `config:` settings: {@link EnvironmentConfigSchema} unless {@link configSchema} declares
+   * an extension of it (`EnvironmentConfigSchema.extend({...})`).
    */
-  protected override configSchema(): z.ZodType {
+  protected override baseConfigSchema(): z.ZodType<EnvironmentConfig> {
     return EnvironmentConfigSchema;
+  }
+
+  /**
+   * The schema of the `/run` body: {@link RunRequestSchema}, or a narrowing of it (e.g. a
+   * stricter `task_input`), so a bad task is refused with 422 before an episode is admitted.
+   */
+  protected runRequestSchema(): z.ZodType<RunRequest> {
+    return RunRequestSchema;
   }
 
   /** The settings that bound an episode, read from the validated config. */
   #bounds(): { episodeTimeoutS: number | null; cleanupTimeoutS: number | null } {
-    const config = (this.config ?? {}) as Partial<EnvironmentConfig>;
     return {
-      episodeTimeoutS: config.default_episode_timeout_seconds ?? null,
-      cleanupTimeoutS: config.cleanup_timeout_seconds ?? null,
+      episodeTimeoutS: this.config.default_episode_timeout_seconds ?? null,
+      cleanupTimeoutS: this.config.cleanup_timeout_seconds ?? null,
     };
   }
 
-  /** Routes besides `/run`. @default none */
-  protected extraRoutes(): readonly DataRoute[] {
-    return [];
-  }
-
-  protected override createParticipant(): Participant | null {
+  protected override createParticipant(): EnvironmentParticipant {
     this.#participant = new EnvironmentParticipant();
-    return this.#participant as unknown as Participant;
+    return this.#participant;
   }
-
-  protected override configureApp(_app: Express): void {}
 
   protected override routes(): readonly DataRoute[] {
     return [
@@ -238,7 +233,7 @@ export abstract class EnvironmentServer extends Server {
         description:
           "Failures of the agent or resources server are episode failures (200), not 502s. " +
           "A body naming no episode, or a malformed one, is 422.",
-        request: RunRequestSchema,
+        request: this.runRequestSchema(),
         errors: ["admission_closed", "stale_attempt", "checkpoint_error"],
         handler: async ({ body, signal, res }) => {
           const reply = await this.#run(body, signal);
@@ -249,7 +244,6 @@ export abstract class EnvironmentServer extends Server {
           return reply;
         },
       }),
-      ...this.extraRoutes(),
     ];
   }
 
@@ -296,7 +290,7 @@ export abstract class EnvironmentServer extends Server {
     const episode = episodeOfBody(body);
     const slots = this.#slots();
     if (slots !== null) {
-      const timeoutS = (this.config as EnvironmentConfig).queue_timeout_seconds;
+      const timeoutS = this.config.queue_timeout_seconds;
       const got = await slots.acquire(timeoutS === null ? null : timeoutS * 1000, requestSignal);
       if (!got) {
         // No checkpoint state touched and no downstream call made.
@@ -321,7 +315,7 @@ export abstract class EnvironmentServer extends Server {
 
   /** The per-process episode slots, or null when unlimited. */
   #slots(): Semaphore | null {
-    const max = (this.config as Partial<EnvironmentConfig>).max_concurrent_episodes ?? null;
+    const max = this.config.max_concurrent_episodes ?? null;
     if (max === null) return null;
     this.#semaphore ??= new Semaphore(max);
     return this.#semaphore;
@@ -372,7 +366,7 @@ export abstract class EnvironmentServer extends Server {
       if (thrown instanceof EpisodeError || thrown instanceof CheckpointError) throw thrown;
       if (admitted.signal.aborted) {
         const reason: unknown = admitted.signal.reason;
-        if (reason instanceof Error && reason.name === "EpisodeDeadlineError") {
+        if (reason instanceof EpisodeDeadlineError) {
           outcome = { failure: { failure_reason: "Episode timed out", terminal: false } };
         } else {
           return null;

@@ -17,7 +17,6 @@ import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
 import { InvalidLedgerKeyError, RolloutRetiredError } from "../capture/ledger/errors.js";
 import { CaptureError } from "../capture/capture-error.js";
 import { CommitCoordsSchema } from "../capture/records.js";
-import type { Participant } from "../control/participant.js";
 import { ConfigError, DetailError, EpisodeError, InvalidRequestError } from "../errors.js";
 import type { EpisodeId } from "../identity/episode-id.js";
 import type { Ticket } from "../participants/model/policy-gate.js";
@@ -81,7 +80,9 @@ export const LEDGER_CONTROL_PREFIX = "/training-token-capture/control";
  *
  * @see docs/policy-model.md
  */
-export class PolicyModelServer extends Server {
+export class PolicyModelServer<
+  Config extends PolicyModelConfig = PolicyModelConfig,
+> extends Server<Config> {
   #participant: PolicyParticipant | null = null;
   #ledger: CaptureLedger | null = null;
   #cuts: CutRequester | null = null;
@@ -93,17 +94,13 @@ export class PolicyModelServer extends Server {
     super(options);
   }
 
-  protected override configSchema(): z.ZodType {
+  /** {@link PolicyModelConfigSchema}, unless {@link configSchema} declares an extension of it. */
+  protected override baseConfigSchema(): z.ZodType<PolicyModelConfig> {
     return PolicyModelConfigSchema;
   }
 
-  /** The validated settings. */
-  protected get modelConfig(): PolicyModelConfig {
-    return this.config as PolicyModelConfig;
-  }
-
   /** The policy participant, once the app is built with checkpointing on. */
-  get policyParticipant(): PolicyParticipant | null {
+  override get participant(): PolicyParticipant | null {
     this.app();
     return this.#participant;
   }
@@ -116,7 +113,7 @@ export class PolicyModelServer extends Server {
 
   /** The backend's OpenAI base URL. */
   protected backendUrl(): string {
-    const config = this.modelConfig;
+    const config = this.config;
     if (config.backend_url !== null) return config.backend_url.replace(/\/+$/, "");
     if (config.backend_server !== null) {
       const servers = this.deployment.servers;
@@ -133,8 +130,8 @@ export class PolicyModelServer extends Server {
     throw new ConfigError(`server ${this.name}: set backend_server or backend_url`);
   }
 
-  protected override createParticipant(): Participant | null {
-    const config = this.modelConfig;
+  protected override createParticipant(): PolicyParticipant | null {
+    const config = this.config;
     if (config.capture_dir !== null) {
       this.#ledger = new CaptureLedger(config.capture_dir, { logger: this.logger });
     }
@@ -156,7 +153,7 @@ export class PolicyModelServer extends Server {
         this.#checkpointId = id;
       },
     });
-    return this.#participant as unknown as Participant;
+    return this.#participant;
   }
 
   protected override routes(): readonly DataRoute[] {
@@ -176,8 +173,7 @@ export class PolicyModelServer extends Server {
         handler: (input) => this.#responses(input),
       }),
     ];
-    const ledgerRoutes = this.#ledgerRoutes();
-    return [...routes, ...ledgerRoutes];
+    return [...routes, ...this.#ledgerRoutes()];
   }
 
   /**
@@ -213,7 +209,7 @@ export class PolicyModelServer extends Server {
       throw new DetailError(422, "worker-owned token capture does not support streaming requests");
     }
     const items = inputItems(body.input);
-    const chat = chatRequestOf(body, this.modelConfig.model);
+    const chat = chatRequestOf(body, this.config.model);
     delete chat.stream;
     // Checked before admission: a request that cannot be answered or captured never waits.
     refuseWithoutMessages(chat);
@@ -251,7 +247,7 @@ export class PolicyModelServer extends Server {
         return await this.#stream(chat, ticket, req, res, callSignal);
       }
       const completion = await this.generate({ body: chat, signal: callSignal });
-      const response = responseOf(completion, this.modelConfig.model);
+      const response = responseOf(completion, this.config.model);
       const row =
         unresolved !== null
           ? { failure: unresolved }
@@ -473,7 +469,7 @@ export class PolicyModelServer extends Server {
           },
         ],
       },
-      this.modelConfig.model,
+      this.config.model,
     );
     res.write(sse("response.completed", { type: "response.completed", response }));
     res.end();
@@ -485,7 +481,7 @@ export class PolicyModelServer extends Server {
     // its refusal keeps the ledger routes' `{"detail"}` shape.
     const refuse = (): Error =>
       new DetailError(401, "missing or wrong capture control bearer token");
-    const token = this.modelConfig.capture_control_token ?? process.env.GYM_CAPTURE_CONTROL_TOKEN;
+    const token = this.config.capture_control_token ?? process.env.GYM_CAPTURE_CONTROL_TOKEN;
     const auth: RequestHandler =
       token === undefined || token.trim() === ""
         ? (_req, _res, next) => next(refuse())

@@ -1,6 +1,5 @@
 import type { Express } from "express";
 import { z } from "zod";
-import type { Participant } from "../control/participant.js";
 import { ConfigError, type ErrorCode } from "../errors.js";
 import { EpisodeIdSchema } from "../identity/episode-id.js";
 import {
@@ -72,14 +71,6 @@ export interface SessionRouteInput<Body = unknown> extends RouteInput<Body> {
   readonly session: ResourcesSession;
 }
 
-/** The class-level declarations of a resources server, read through its constructor. */
-interface ResourcesServerClass {
-  readonly name: string;
-  readonly checkpointMode: unknown;
-  readonly checkpointVerify: unknown;
-  readonly checkpointSessionStarts: readonly string[];
-}
-
 /**
  * What the session routes can answer besides 422: the checkpoint middleware's refusals (with
  * checkpointing on), and 502 when the handler's call to another server fails (a judge, a
@@ -109,9 +100,8 @@ const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessio
  * ## Hooks (override; `exported` must override all three)
  * {@link exportSessionStates}, {@link restoreSessionStates}, {@link retireSessionState}.
  *
- * If you override `configureApp`, call `super.configureApp(app)` first: it installs the session
- * layer and the checkpoint middleware, and with checkpointing on a server without them refuses
- * to start.
+ * The session layer and the checkpoint middleware are installed before any `configureApp` of
+ * yours runs; no override needs to call `super`.
  *
  * @example
  * class Echo extends ResourcesServer {
@@ -123,7 +113,7 @@ const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessio
  *
  * @see docs/resources-server.md
  */
-export abstract class ResourcesServer extends Server {
+export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   /** How this server's sessions take part in checkpoints. @default "restart_only" */
   static checkpointMode: CheckpointMode = "restart_only";
   /** Whether `/verify` may run again after a crash. @default "wait" */
@@ -135,12 +125,17 @@ export abstract class ResourcesServer extends Server {
   readonly checkpointMode: CheckpointMode;
   /** The declared verify mode, validated. */
   readonly checkpointVerify: CheckpointVerify;
+  /** The routes that start a session, as declared. */
+  readonly #sessionStarts: readonly string[];
+  /** The class's name, which names its session cookie. */
+  readonly #className: string;
   #participant: ResourcesParticipant | null = null;
-  #middlewareInstalled = false;
 
   constructor(options: ServerOptions) {
     super(options);
-    const cls = this.constructor as unknown as ResourcesServerClass;
+    const cls = new.target;
+    this.#className = cls.name;
+    this.#sessionStarts = cls.checkpointSessionStarts;
     this.checkpointMode = checkDeclaration(
       cls.name,
       "checkpointMode",
@@ -164,7 +159,7 @@ export abstract class ResourcesServer extends Server {
   }
 
   /** The participant, once the app is built with checkpointing on. */
-  get participant(): ResourcesParticipant | null {
+  override get participant(): ResourcesParticipant | null {
     this.app();
     return this.#participant;
   }
@@ -263,8 +258,7 @@ export abstract class ResourcesServer extends Server {
     this.#participant?.sessionEnded(session.id);
   }
 
-  protected override createParticipant(): Participant | null {
-    const cls = this.constructor as unknown as ResourcesServerClass;
+  protected override createParticipant(): ResourcesParticipant {
     const hooks: SessionHooks = {
       exportSessionStates: (input) => this.exportSessionStates(input),
       restoreSessionStates: (input) => this.restoreSessionStates(input),
@@ -273,33 +267,17 @@ export abstract class ResourcesServer extends Server {
     this.#participant = new ResourcesParticipant({
       mode: this.checkpointMode,
       verify: this.checkpointVerify,
-      sessionStarts: cls.checkpointSessionStarts,
+      sessionStarts: this.#sessionStarts,
       hooks,
       stateSchema: this.sessionStateSchema(),
       logger: this.logger,
     });
-    return this.#participant as unknown as Participant;
+    return this.#participant;
   }
 
-  protected override configureApp(app: Express): void {
-    const cls = this.constructor as unknown as ResourcesServerClass;
-    app.use(sessionCookie({ cookieName: `${cls.name}___${this.name}` }));
-    if (this.#participant !== null) {
-      app.use(resourcesCheckpointMiddleware(this.#participant));
-      this.#middlewareInstalled = true;
-    }
-  }
-
-  override app(): Express {
-    const app = super.app();
-    if (this.checkpointEnabled && !this.#middlewareInstalled) {
-      const cls = this.constructor as unknown as ResourcesServerClass;
-      throw new ConfigError(
-        `${cls.name}: checkpointing is on but its app did not install the resources checkpoint participant; ` +
-          "call super.configureApp(app) and do not override createParticipant",
-      );
-    }
-    return app;
+  protected override installKindMiddleware(app: Express): void {
+    app.use(sessionCookie({ cookieName: `${this.#className}___${this.name}` }));
+    if (this.#participant !== null) app.use(resourcesCheckpointMiddleware(this.#participant));
   }
 
   protected override routes(): readonly DataRoute[] {

@@ -25,6 +25,9 @@ import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 
+/** The `config:` a server without a declared schema accepts: `{}` only. */
+const NO_CONFIG = z.strictObject({});
+
 /** Options of a {@link Server}, resolved once at construction. */
 export interface ServerOptions {
   /**
@@ -48,8 +51,8 @@ export interface ServerOptions {
    */
   readonly requestTimeoutMs?: number;
   /**
-   * Server-specific settings (the deployment file's `config:`), validated by
-   * {@link Server.configSchema} when the app is built. @default {}
+   * Server-specific settings (the deployment file's `config:`), validated by the server's
+   * `configSchema()` when the app is built. @default {}
    */
   readonly config?: unknown;
   /** The resolved deployment: where every other server is. @default a deployment of none */
@@ -87,13 +90,15 @@ export function resolveCheckpointSettings(
  * has a participant, the bearer-protected control routes. `GET /openapi.json` and Swagger UI at
  * `/docs` describe exactly the routes this server serves.
  *
- * Subclasses override {@link routes} (and the participant kinds' base classes override
- * {@link createParticipant}); nothing needs calling in a special order.
+ * Subclasses override {@link routes} (or, on a server kind, {@link extraRoutes}) and
+ * {@link configSchema} to declare `config:` settings typed as `Config`; the participant kinds'
+ * base classes override {@link createParticipant} and {@link installKindMiddleware}. Nothing
+ * needs calling in a special order: no override has to call `super`.
  *
  * ## Request bodies
  * Every data and control route reads its JSON body with the same bounds (size, encoding,
  * nesting; see {@link DataRoute}). With a participant, data routes' bodies are read before
- * {@link installParticipantMiddleware} and {@link configureApp} middleware run, so the
+ * {@link installKindMiddleware} and {@link configureApp} middleware run, so the
  * participant admits only complete requests; without one, at the route, after that middleware
  * (which can then refuse a request before its body is read). A whole request must arrive
  * within `requestTimeoutMs`.
@@ -108,7 +113,7 @@ export function resolveCheckpointSettings(
  *
  * @see docs/servers.md
  */
-export class Server {
+export class Server<Config = unknown> {
   readonly name: string;
   readonly checkpointSettings: CheckpointSettings;
   readonly logger: Logger;
@@ -116,8 +121,8 @@ export class Server {
   readonly requestTimeoutMs: number;
 
   readonly #rawConfig: unknown;
-  #config: unknown = undefined;
-  #configParsed = false;
+  /** The validated settings, once read (boxed: `Config` itself may be undefined). */
+  #config: { readonly value: Config } | null = null;
   readonly #deployment: ResolvedDeployment;
   readonly #clientOptions: ServerClientOptions;
   #client: ServerClient | null = null;
@@ -125,6 +130,7 @@ export class Server {
   /** Whether {@link app} is building the app (its `/openapi.json` asks for the document). */
   #building = false;
   #controlPlane: ControlPlane | null = null;
+  #participant: Participant | null = null;
   #http: HttpServer | null = null;
   readonly #shutdown = ((): AbortController => {
     const controller = new AbortController();
@@ -159,19 +165,28 @@ export class Server {
   }
 
   /**
-   * The schema of this server's `config:` settings; null accepts none but `{}`. Override it to
-   * declare settings: they are validated once, when the app is built, and a bad value fails the
-   * start naming the key.
+   * The schema of this server's `config:` settings, whose output is `Config`; null takes the
+   * kind's base settings ({@link baseConfigSchema}). Override it to declare settings: they are
+   * validated once, when the app is built, and a bad value fails the start naming the key. On a
+   * server kind, extend the kind's schema (e.g. `AgentConfigSchema.extend({...})`).
    */
-  protected configSchema(): z.ZodType | null {
+  protected configSchema(): z.ZodType<Config> | null {
     return null;
   }
 
+  /**
+   * The settings a server kind takes when its subclass declares none (kinds' base classes
+   * override it); a plain server accepts `{}` only.
+   */
+  protected baseConfigSchema(): z.ZodType {
+    return NO_CONFIG;
+  }
+
   /** The validated `config:` settings (see {@link configSchema}). */
-  protected get config(): unknown {
-    if (!this.#configParsed) {
-      const schema = this.configSchema() ?? z.strictObject({});
-      const result = schema.safeParse(this.#rawConfig);
+  protected get config(): Config {
+    if (this.#config === null) {
+      const declared = this.configSchema();
+      const result = (declared ?? this.baseConfigSchema()).safeParse(this.#rawConfig);
       if (!result.success) {
         const problems = result.error.issues
           .map(
@@ -180,10 +195,11 @@ export class Server {
           .join("; ");
         throw new ConfigError(`server ${this.name}: invalid settings: ${problems}`);
       }
-      this.#config = result.data;
-      this.#configParsed = true;
+      // The declared schema's output is `Config`; without one, `Config` is the kind's base
+      // settings (or `{}`), which is what the base schema outputs.
+      this.#config = { value: result.data as Config };
     }
-    return this.#config;
+    return this.#config.value;
   }
 
   /** The resolved deployment this server runs in. */
@@ -200,6 +216,15 @@ export class Server {
   /** Whether the `checkpoint:` block enables checkpointing. */
   get checkpointEnabled(): boolean {
     return this.checkpointSettings.enabled;
+  }
+
+  /**
+   * The participant owning this server's checkpoint state, once the app is built with
+   * checkpointing on; null otherwise. Each kind narrows its type.
+   */
+  get participant(): Participant | null {
+    this.app();
+    return this.#participant;
   }
 
   /** The control plane, once the app is built with checkpointing on and a participant. */
@@ -221,18 +246,24 @@ export class Server {
     return null;
   }
 
-  /** The data routes this server serves. */
+  /** The data routes this server serves (a server kind serves its own: see {@link extraRoutes}). */
   protected routes(): readonly DataRoute[] {
     return [];
   }
 
-  /**
-   * Installs the participant's request middleware (participant base classes only), before
-   * {@link configureApp}, so an override of `configureApp` cannot leave it out.
-   */
-  protected installParticipantMiddleware(_app: Express): void {}
+  /** Routes of your own, served after {@link routes} (every server kind takes them). */
+  protected extraRoutes(): readonly DataRoute[] {
+    return [];
+  }
 
-  /** Adds middleware or routes of your own before the data routes (rarely needed). */
+  /**
+   * Installs a server kind's own request middleware (session layer, checkpoint tracking), before
+   * {@link configureApp}, so an override of `configureApp` cannot leave it out. Kinds' base
+   * classes only.
+   */
+  protected installKindMiddleware(_app: Express): void {}
+
+  /** Adds middleware of your own before the data routes (rarely needed); no `super` call. */
   protected configureApp(_app: Express): void {}
 
   /** The express app (built once). */
@@ -256,8 +287,12 @@ export class Server {
       title: `${this.name} (gym server)`,
       version: "1.0.0",
       controlRoutes: this.#controlPlane !== null,
-      routes: this.routes().map((route): RouteDoc => route),
+      routes: this.#allRoutes().map((route): RouteDoc => route),
     });
+  }
+
+  #allRoutes(): readonly DataRoute[] {
+    return [...this.routes(), ...this.extraRoutes()];
   }
 
   #build(): Express {
@@ -275,6 +310,7 @@ export class Server {
     // Control routes come before the rollout prefix is stripped: they are never under it.
     if (this.checkpointSettings.enabled) {
       const participant = this.createParticipant();
+      this.#participant = participant;
       if (participant !== null) {
         this.#controlPlane = new ControlPlane(participant, {
           instance: this.name,
@@ -291,9 +327,9 @@ export class Server {
       res.json({ status: "ok", name: this.name });
     });
     if (this.#controlPlane !== null) app.use(bodies);
-    this.installParticipantMiddleware(app);
+    this.installKindMiddleware(app);
     this.configureApp(app);
-    for (const route of this.routes()) this.#mount(app, bodies, route);
+    for (const route of this.#allRoutes()) this.#mount(app, bodies, route);
     const document = this.openApiDocument();
     app.get("/openapi.json", (_req, res) => {
       res.json(document);

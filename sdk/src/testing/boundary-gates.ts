@@ -1,4 +1,4 @@
-import type { ActivationContext, RespondInput } from "../server/agent-server.js";
+import type { ActivationContext, RespondInput } from "../server/agent/agent-hooks.js";
 import type { RunEpisodeInput } from "../server/environment-server.js";
 import type { EpisodeHandle } from "../participants/environment/environment-participant.js";
 import { deferred, type Deferred } from "../util/deferred.js";

@@ -45,7 +45,7 @@ export const ConfigSchema = AgentConfigSchema.extend({
 });
 type Config = z.infer<typeof ConfigSchema>;
 
-export default class PlannerAgent extends AgentServer<Conversation> {
+export default class PlannerAgent extends AgentServer<Conversation, Config> {
   static override checkpointSessionsSupported = true;
 
   protected override configSchema() {
@@ -137,7 +137,7 @@ export default class PlannerAgent extends AgentServer<Conversation> {
     captureKey: string | undefined,
     signal: AbortSignal,
   ): Promise<string> {
-    const server = (this.config as Config).model_server;
+    const server = this.config.model_server;
     if (server === null) return echoModel(turns, prompt);
     const input = [
       ...turns.flatMap((t) => [

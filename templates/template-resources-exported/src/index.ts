@@ -5,70 +5,31 @@
  * total. Run it: `npm run serve` (it builds first); see README.md.
  */
 import { z } from "zod";
-import {
-  ResourcesServer,
-  dataRoute,
-  isMainModule,
-  resourcesSession,
-  serveMain,
-  type JsonValue,
-  type SessionRouteInput,
-} from "gym-participant-sdk";
+import { SessionStateServer, isMainModule, serveMain } from "gym-participant-sdk";
+import type { SessionRouteInput } from "gym-participant-sdk";
 
-const Total = z.number();
-
-/** The tool: `/add {"amount": n}` adds to the calling session's total. */
-function addTool(totals: Map<string, number>) {
-  return dataRoute({
-    method: "post",
-    path: "/add",
-    summary: "Add an amount to this session's total",
-    request: z.strictObject({ amount: z.number() }),
-    handler: (input) => {
-      const id = resourcesSession(input).id;
-      const total = totals.get(id);
-      // No total for a session nobody seeded: nothing would ever free it.
-      if (total !== undefined) totals.set(id, total + input.body.amount);
-      return { total: totals.get(id) ?? null };
-    },
-  });
-}
-
-export default class TallyServer extends ResourcesServer {
-  static override checkpointMode = "exported" as const;
+export default class TallyServer extends SessionStateServer<number> {
   static override checkpointVerify = "wait" as const;
-  readonly totals = new Map<string, number>();
+  /** One session's state: its total. Restored states are checked against it first. */
+  protected override readonly stateSchema = z.number();
 
-  protected override seedSession(input: SessionRouteInput) {
-    this.totals.set(input.session.id, 0);
-    return super.seedSession(input);
+  protected override initialState() {
+    return 0;
   }
 
   protected override tools() {
-    return [addTool(this.totals)];
+    const add = z.strictObject({ amount: z.number() });
+    return [
+      // `/add {"amount": n}` adds to the calling session's total (none for an unseeded session).
+      this.stateTool("/add", "Add an amount to this session's total", add, (call) => {
+        if (call.state !== undefined) call.setState(call.state + call.body.amount);
+        return { total: this.states.get(call.session.id) ?? null };
+      }),
+    ];
   }
 
   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
-    return { reward: this.totals.get(session.id) === body.target ? 1 : 0 };
-  }
-
-  protected override closeSession(input: SessionRouteInput) {
-    this.totals.delete(input.session.id);
-    return super.closeSession(input);
-  }
-
-  protected override async exportSessionStates({ sessionIds }: { sessionIds: readonly string[] }) {
-    const held = sessionIds.filter((id) => this.totals.has(id)); // one left out counts as dropped
-    return Object.fromEntries(held.map((id) => [id, this.totals.get(id) ?? 0]));
-  }
-
-  protected override async restoreSessionStates({ states }: { states: Record<string, JsonValue> }) {
-    const totals = Object.entries(states).map(([id, total]) => [id, Total.parse(total)] as const);
-    for (const [id, total] of totals) this.totals.set(id, total); // installed once all are valid
-  }
-
-  protected override async retireSessionState({ sessionId }: { sessionId: string }) {
-    this.totals.delete(sessionId);
+    return { reward: this.states.get(session.id) === body.target ? 1 : 0 };
   }
 }
 

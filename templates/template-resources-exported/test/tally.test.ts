@@ -59,7 +59,7 @@ describe("TallyServer", () => {
     const { records } = await tally.checkpoint();
     expect(records).toEqual([expect.objectContaining({ state: 2 })]);
     await tally.retire(["ep1"]);
-    expect(tally.server.totals.size).toBe(0);
+    expect(tally.server.states.size).toBe(0);
   });
 
   it("declares its verify mode on the seed reply", async () => {

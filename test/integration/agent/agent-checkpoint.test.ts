@@ -4,6 +4,7 @@
  * checkpoint, carried restarts, retire, legacy `/run`, and commit → restore into a fresh server
  * → resume with the replacement continuing and the replaced attempt refused.
  */
+import { sessionParticipantOf } from "../../support/agent-participants.js";
 import { readFile, readdir } from "node:fs/promises";
 import path from "node:path";
 import request from "supertest";
@@ -91,7 +92,7 @@ describe("parking and export", () => {
     tool.release();
     const reply = await prepared.value;
     expect(reply.body).toMatchObject({ phase: "prepared", report: { ready: true } });
-    expect(agent.sessionParticipant?.stateOf("s")).toBe("at_boundary");
+    expect(sessionParticipantOf(agent)?.stateOf("s")).toBe("at_boundary");
     expect(agent.snapshots).toBe(0); // boundaries are lazy
     const dir = await tempDir();
     const committed = await commit(url, "c1", dir).expect(200);
@@ -171,7 +172,7 @@ describe("parking and export", () => {
     const cookie = await seeded(url, "s");
     await prepare(url, "c1").expect(200);
     const activation = track(activate(url, cookie, { index: 1 }));
-    await expect.poll(() => agent.sessionParticipant?.stateOf("s"), POLL).toBe("at_boundary");
+    await expect.poll(() => sessionParticipantOf(agent)?.stateOf("s"), POLL).toBe("at_boundary");
     expect(agent.model.calls).toEqual([]);
     const dir = await tempDir();
     await commit(url, "c1", dir).expect(200);
@@ -303,7 +304,7 @@ describe("restarts", () => {
     expect(committed.body.episode_ids).toEqual(["q"]);
     expect(agent.events).toContain("export:t");
     tool.release();
-    await expect.poll(() => agent.sessionParticipant?.stateOf("s"), POLL).toBe("at_boundary");
+    await expect.poll(() => sessionParticipantOf(agent)?.stateOf("s"), POLL).toBe("at_boundary");
     await flush(20);
     expect(activation.done()).toBe(false);
     await resume(url, "c1").expect(200);
@@ -353,7 +354,7 @@ describe("retire", () => {
     expect(refused.body.error.code).toBe("stale_attempt");
     expect((await retire.value).status).toBe(200);
     expect(agent.events).toEqual(["seed:s", "retire:s"]);
-    expect(agent.sessionParticipant?.has("s")).toBe(false);
+    expect(sessionParticipantOf(agent)?.has("s")).toBe(false);
   });
 });
 
@@ -426,7 +427,7 @@ describe("legacy /run", () => {
     });
     await resume(url, "c1").expect(200);
     expect((await run.value).status).toBe(200);
-    expect(agent.sessionParticipant?.has("run:job")).toBe(false); // the session ends with the run
+    expect(sessionParticipantOf(agent)?.has("run:job")).toBe(false); // the session ends with the run
   });
 });
 
@@ -468,7 +469,7 @@ describe("commit, restore into a fresh server, resume", () => {
         },
       ],
     ]);
-    expect(agent.sessionParticipant?.isRestoredPending("s")).toBe(true);
+    expect(sessionParticipantOf(agent)?.isRestoredPending("s")).toBe(true);
     await resume(url, "c2").expect(200);
     const stale = await activate(url, cookie, { prefix: "r", index: 1 });
     expect(stale.status).toBe(409);
@@ -483,7 +484,7 @@ describe("commit, restore into a fresh server, resume", () => {
       rollout: "r-a1",
     });
     expect(agent.model.calls.map((c) => c.step)).toEqual([2]); // only the step after the boundary
-    expect(agent.sessionParticipant?.isRestoredPending("s")).toBe(false);
+    expect(sessionParticipantOf(agent)?.isRestoredPending("s")).toBe(false);
     const receipt = await closeReq(url, "s", ep("r", 1), cookie).expect(200);
     expect(receipt.body.agent_observations).toEqual({ closed: "s", builtFor: "r-a1" });
   });
@@ -498,7 +499,7 @@ describe("commit, restore into a fresh server, resume", () => {
     expect(res.body.error.code).toBe("rollout_id_required");
     expect(agent.loops).toEqual([]);
     expect(agent.model.calls).toEqual([]);
-    expect(agent.sessionParticipant?.isRestoredPending("s")).toBe(true);
+    expect(sessionParticipantOf(agent)?.isRestoredPending("s")).toBe(true);
   });
 
   it("an unclaimed restored session is exported with its boundary while in scope, and freed without a retire mark once a commit leaves it out", async () => {
@@ -521,7 +522,7 @@ describe("commit, restore into a fresh server, resume", () => {
     expect(left.body.episode_ids).toEqual([]);
     expect(agent.events.filter((e) => e.startsWith("retire:"))).toEqual(["retire:s"]);
     await resume(url, "c4").expect(200);
-    expect(agent.sessionParticipant?.has("s")).toBe(false);
+    expect(sessionParticipantOf(agent)?.has("s")).toBe(false);
     // No retire mark: the controller may start that attempt over.
     await seeded(url, "s", ep("r", 1));
   });
@@ -558,13 +559,13 @@ describe("commit, restore into a fresh server, resume", () => {
     const { agent, url } = await serve();
     await restore(url, "c2", dir, [ep("r")]).expect(200);
     await resume(url, "c2").expect(200);
-    expect(agent.sessionParticipant?.isRestoredPending("s")).toBe(true);
+    expect(sessionParticipantOf(agent)?.isRestoredPending("s")).toBe(true);
     const replay = await activate(url, cookie, { prefix: "r-a1", index: 1 }).expect(200);
     expect(replay.body).toEqual(original.body);
     expect(replay.body).not.toHaveProperty("_ng_trajectory");
     expect(agent.loops).toEqual([]);
     expect(agent.model.calls).toEqual([]);
-    expect(agent.sessionParticipant?.isRestoredPending("s")).toBe(false);
+    expect(sessionParticipantOf(agent)?.isRestoredPending("s")).toBe(false);
     await prepare(url, "c3").expect(200);
     await commit(url, "c3", await tempDir(), [ep("other")]).expect(200);
     await resume(url, "c3").expect(200);

@@ -4,10 +4,15 @@
  * receipts and their window, close stopping the activation, direct calls as restarts, startup
  * refusals and the restart-only agent.
  */
+import {
+  restartOnlyParticipantOf,
+  sessionParticipantOf,
+} from "../../support/agent-participants.js";
 import request from "supertest";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { ConfigError } from "#sdk/errors.js";
-import { AgentServer, type RespondResult } from "#sdk/server/agent-server.js";
+import { AgentServer } from "#sdk/server/agent-server.js";
+import type { RespondResult } from "#sdk/server/agent/agent-hooks.js";
 import type { ServerOptions } from "#sdk/server/server.js";
 import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import {
@@ -108,7 +113,7 @@ describe("seed", () => {
     agent.partialSetupFailure = new Error("sandbox failed to start");
     const failed = await request(url).post(SEED).send(seedBody("s"));
     expect(failed.status).toBe(500);
-    expect(agent.sessionParticipant?.has("s")).toBe(false);
+    expect(sessionParticipantOf(agent)?.has("s")).toBe(false);
     const again = await request(url).post(SEED).send(seedBody("s"));
     expect(again.status).toBe(409);
     expect(again.body).toEqual({ detail: "Agent session is closing" });
@@ -506,8 +511,8 @@ describe("restart-only agent (no session hooks)", () => {
 
   it("its seed reply is marked a restart, its /run and /v1/responses calls are restarts, tracked once each", async () => {
     const { agent, url } = await serve({ kind: RestartOnlyAgent });
-    expect(agent.sessionParticipant).toBeNull();
-    const participant = agent.restartOnlyParticipant;
+    expect(sessionParticipantOf(agent)).toBeNull();
+    const participant = restartOnlyParticipantOf(agent);
     expect(participant).not.toBeNull();
     const tracked = vi.spyOn(participant!, "track");
     const seed = await request(url).post(SEED).send(seedBody("s")).expect(200);

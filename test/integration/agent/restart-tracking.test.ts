@@ -31,7 +31,7 @@ interface Run {
 }
 
 class TrackedAgent extends Server {
-  readonly participant = new RestartOnlyAgentParticipant({ freeSession: () => Promise.resolve() });
+  readonly restartOnly = new RestartOnlyAgentParticipant({ freeSession: () => Promise.resolve() });
   readonly installs: boolean[] = [];
   readonly runs: Run[] = [];
   #entered = deferred<Run>();
@@ -43,8 +43,8 @@ class TrackedAgent extends Server {
 
   protected override configureApp(app: Express): void {
     // Installed twice on purpose: the second call must be a no-op.
-    this.installs.push(installRestartTracking(app, this.participant));
-    this.installs.push(installRestartTracking(app, this.participant));
+    this.installs.push(installRestartTracking(app, this.restartOnly));
+    this.installs.push(installRestartTracking(app, this.restartOnly));
   }
 
   protected override routes(): readonly DataRoute[] {
@@ -95,8 +95,8 @@ class TrackedAgent extends Server {
 function make() {
   const server = new TrackedAgent({ name: "agent", logLevel: "silent" });
   const app = server.app();
-  const track = vi.spyOn(server.participant, "track");
-  return { server, app, p: server.participant, track };
+  const track = vi.spyOn(server.restartOnly, "track");
+  return { server, app, p: server.restartOnly, track };
 }
 
 /** The handler invocation, or a failure as soon as the request is answered without one. */
@@ -229,7 +229,7 @@ describe("restart tracking middleware", () => {
     expect((await reply).status).toBe(200);
     expect(track).toHaveBeenCalledTimes(1);
     // Another app is another installation.
-    expect(installRestartTracking(express(), server.participant)).toBe(true);
+    expect(installRestartTracking(express(), server.restartOnly)).toBe(true);
   });
 
   it("a retire aborts the in-flight handler and resolves only after it settled", async () => {

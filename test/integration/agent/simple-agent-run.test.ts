@@ -5,6 +5,7 @@
  * self-dispatched turn loop's reply, so a checkpoint can open after the loop replied but before
  * `/run` records its next boundary.
  */
+import { sessionParticipantOf } from "../../support/agent-participants.js";
 import request from "supertest";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { weatherOf } from "../../../reference-servers/weather/src/index.js";
@@ -53,7 +54,7 @@ describe("legacy /run end to end", () => {
     const model = await stack.model();
     const counter = await stack.resources(RecordingCounter);
     const { url, agent } = await stack.agent(RESOURCES);
-    expect(agent.sessionParticipant).toBeNull();
+    expect(sessionParticipantOf(agent)).toBeNull();
     model.script("3-0", [functionCall("increment_counter", { count: 1 }), message("one")]);
 
     const res = await request(url)
@@ -112,7 +113,7 @@ describe("legacy /run end to end", () => {
       "/ng-rollout/3-0/increment_counter",
       "/ng-rollout/3-0/verify",
     ]);
-    expect(agent.sessionParticipant?.size).toBe(0);
+    expect(sessionParticipantOf(agent)?.size).toBe(0);
     expect(result.ng_trajectory).toMatchObject({ task_id: "3", rollout_id: "3-0" });
   });
 
@@ -193,7 +194,7 @@ describe("legacy /run across a checkpoint", () => {
     await held.arrived;
     await prepare([first.url], "c1");
     held.release();
-    const steps = first.agent.sessionParticipant?.steps;
+    const steps = sessionParticipantOf(first.agent)?.steps;
     await vi.waitFor(() => expect(steps?.stateOf("k")).toBe("parked"), POLL);
     const dir = await commit([first.url], "c1", [ep("k")]);
     const [record] = await agentRecords(dir);
@@ -235,7 +236,7 @@ describe("legacy /run across a checkpoint", () => {
     await gate.arrived;
     // A wait-mode verify: prepare waits for it, and the run parks at its return boundary.
     const prepared = track(control(first.url, "prepare", { checkpoint_id: "c1" }));
-    await vi.waitFor(() => expect(first.agent.sessionParticipant?.accepting).toBe(false), POLL);
+    await vi.waitFor(() => expect(sessionParticipantOf(first.agent)?.accepting).toBe(false), POLL);
     gate.release();
     expect((await prepared.value).body.phase).toBe("prepared");
     const dir = await commit([first.url], "c1", [ep("k")]);
@@ -274,7 +275,7 @@ describe("legacy /run across a checkpoint", () => {
     await held.arrived;
     await prepare([first.url], "c1");
     held.release();
-    const steps = first.agent.sessionParticipant?.steps;
+    const steps = sessionParticipantOf(first.agent)?.steps;
     await vi.waitFor(() => expect(steps?.stateOf("k")).toBe("parked"), POLL);
     expect(run.done()).toBe(false);
     const dir = await commit([first.url], "c1", [ep("k")]);

@@ -4,6 +4,7 @@
  * loop, stored replies and the resources jar. Checkpoints go through the real control routes;
  * restores go into fresh server instances.
  */
+import { sessionParticipantOf } from "../../support/agent-participants.js";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import { functionCall, message } from "../../support/fake-model-server.js";
@@ -409,7 +410,7 @@ describe("a restore validates before it installs", () => {
         episode_ids: [ep("a"), ep("b")],
       });
     expect(refused.status).toBeGreaterThanOrEqual(400);
-    expect(agent.sessionParticipant?.size).toBe(0);
+    expect(sessionParticipantOf(agent)?.size).toBe(0);
     await closeSession(url, "good", ep("a", 1))
       .expect(200)
       .expect((res) => expect(res.body.agent_observations).toBeNull());

@@ -69,14 +69,14 @@ class Recording extends Participant<Rec> {
     calls.push(`${this.name}:forget:${rolloutIds.join(",")}`);
     super.forget(rolloutIds);
   }
-  exportRecords(scope: readonly EpisodeId[] | null): Rec[] {
+  async export(scope: readonly EpisodeId[] | null): Promise<Rec[]> {
     calls.push(`${this.name}:export`);
     const keys = scope === null ? null : new Set(scope.map(captureKey));
     return this.episodes
       .filter((e) => keys === null || keys.has(captureKey(e)))
       .map((e) => ({ episode_id: e, payload: { owner: this.name } }));
   }
-  restoreRecords(records: readonly Rec[]): void {
+  async install(records: readonly Rec[]): Promise<void> {
     calls.push(`${this.name}:install:${records.length}`);
     if (this.failInstall) throw new Error("install refused");
   }
@@ -85,7 +85,7 @@ class Recording extends Participant<Rec> {
 class ParticipantServer extends Server {
   constructor(
     name: string,
-    readonly participant: Participant | null,
+    readonly own: Participant | null,
   ) {
     super({
       name,
@@ -94,7 +94,7 @@ class ParticipantServer extends Server {
     });
   }
   protected override createParticipant(): Participant | null {
-    return this.participant;
+    return this.own;
   }
 }
 

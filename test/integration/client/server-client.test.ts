@@ -28,10 +28,10 @@ class Quiet extends Participant {
     return prepareReport({ ready: true });
   }
   async retire(): Promise<void> {}
-  exportRecords(): [] {
+  async export(): Promise<[]> {
     return [];
   }
-  restoreRecords(): void {}
+  async install(): Promise<void> {}
 }
 
 let gate: Deferred<void> = deferred();

@@ -423,7 +423,7 @@ describe("a replay step failing inside a checkpoint", () => {
       episode_ids: null,
     }).expect(200);
     expect(committed.body.episode_ids).toEqual(["r"]);
-    expect(server.participant?.exportRecords(null)).toEqual([
+    expect(await server.participant?.export(null, new AbortController().signal)).toEqual([
       expect.objectContaining({ episode_id: { rollout_id: "r", attempt: 0 }, boundary: null }),
     ]);
     // Cleanup, end and the reply wait for resume.
@@ -616,7 +616,7 @@ describe("a retire cut short", () => {
       deadline_ts: soon(),
     }).expect(200);
     expect(prepared.body.report).toMatchObject({ ready: false, blockers: ["r"] });
-    expect(server.participant?.exportRecords(null)).toEqual([]);
+    expect(await server.participant?.export(null, new AbortController().signal)).toEqual([]);
     await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
     // A retried retire waits for the episode to end, then frees it.
     const retried = track(control(url, "retire", { checkpoint_id: "x2", episode_ids: ids }));

@@ -130,7 +130,7 @@ describe("the reference deployment", () => {
     const rows = (await policy.ledger?.rows(rolloutId)) ?? [];
     expect(rows.map((row) => row.mode)).toEqual(["text", "token_in"]);
     expect(inference.calls.calls().map((call) => call.capture)).toEqual(["staged", "staged"]);
-    expect(counter.counters.size).toBe(0);
+    expect(counter.states.size).toBe(0);
   });
 
   it("answers the agent's caller 422, not 502, when the model finds the caller's input invalid", async () => {

@@ -113,7 +113,7 @@ describe("single_agent_turn with real SDK servers", () => {
     });
     expect(agent.seen).toEqual([{ input: "Leave the counter at 0.", rollout: "r-a1" }]);
     // Both sessions were closed: nothing is left tracked anywhere.
-    expect(counter.counters.size).toBe(0);
+    expect(counter.states.size).toBe(0);
     const status = await request(url)
       .get(`${CONTROL}/status`)
       .set("Authorization", `Bearer ${TOKEN}`)

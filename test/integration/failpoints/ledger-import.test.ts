@@ -57,13 +57,13 @@ describe("ledger import", () => {
       const after = await status(fresh.url);
       expect(after.phase).toBe("idle");
       expect(after.restored_generation_cuts).toEqual([]);
-      expect(fresh.server.policyParticipant?.restoredPending()).toEqual([]);
+      expect(fresh.server.participant?.restoredPending()).toEqual([]);
 
       clearFailpoints();
       const retried = await restore(fresh, "c2", dir, ["r"]);
       expect(retried.status, JSON.stringify(retried.body)).toBe(200);
       // No model call ran, so no record: the scope's replacement is what the install took on.
-      expect(fresh.server.policyParticipant?.restoredPending()).toEqual([
+      expect(fresh.server.participant?.restoredPending()).toEqual([
         { rollout_id: "r", attempt: 1 },
       ]);
       expect(await ledgerFiles(captureDir)).toContain("r.lineage.retired");

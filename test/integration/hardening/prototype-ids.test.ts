@@ -79,7 +79,7 @@ describe("a resources server (the reference counter)", () => {
       }
     }
     for (const name of NAMES) {
-      expect(counter.server.counters.get(name)?.count, name).toBe(2);
+      expect(counter.server.states.get(name)?.count, name).toBe(2);
       const verified = await counter.request(
         "/verify",
         {},

@@ -92,13 +92,13 @@ describe("a restore of a crafted counter checkpoint", () => {
     expect(refused.status, JSON.stringify(refused.body)).toBe(422);
     expect(refused.body.error.code).toBe("invalid_checkpoint_state");
     expect(refused.body.error.detail).toContain("episode 'ep1'");
-    expect(fresh.counters.size).toBe(0);
+    expect(fresh.states.size).toBe(0);
     expect((await status<{ phase: string }>(app)).phase).toBe("idle");
     // The correct checkpoint restores into the same process.
     const restored = await restore(app, "r2", good, episodes);
     expect(restored.status, JSON.stringify(restored.body)).toBe(200);
     expect(restored.body.restored).toEqual(["ep1-a1"]);
-    expect(fresh.counters.get("s1")?.count).toBe(2);
+    expect(fresh.states.get("s1")?.count).toBe(2);
   });
 
   it("refuses a session held twice, and a session claimed by two episodes (409)", async () => {
@@ -121,7 +121,7 @@ describe("a restore of a crafted counter checkpoint", () => {
       expect(refused.status, JSON.stringify(refused.body)).toBe(409);
       expect(refused.body.error.code).toBe("checkpoint_error");
       expect(refused.body.error.detail).toContain("resources session 's1' twice");
-      expect(fresh.counters.size).toBe(0);
+      expect(fresh.states.size).toBe(0);
     }
   });
 });
@@ -144,7 +144,7 @@ describe("session IDs named like Object.prototype members", () => {
     expect(restored.status, JSON.stringify(restored.body)).toBe(200);
     expect(restored.body.restored).toEqual(["ep1-a1", "ep2-a1", "ep3-a1", "ep4-a1"]);
     for (const id of ["__proto__", "constructor", "hasOwnProperty", "toString"]) {
-      expect(fresh.counters.get(id)?.count, id).toBe(3);
+      expect(fresh.states.get(id)?.count, id).toBe(3);
     }
     // The continuing attempt reads the restored count through its session.
     await control(app, "resume", { checkpoint_id: "r1" }).expect(200);

@@ -209,7 +209,7 @@ describe("one cut per episode", () => {
     await setScript(fake, WEATHER_SCRIPT);
     const captureDir = await tempDir();
     const policy = await startPolicy(fake, { captureDir });
-    const gate = policy.server.policyParticipant?.gate;
+    const gate = policy.server.participant?.gate;
     await hold(fake, { after_calls: 0 });
     const older = track(respond(policy.url, "r", { input: firstInput(), tools: TOOLS }));
     await fake.server.holds.whenBlocked(1);

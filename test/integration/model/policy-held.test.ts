@@ -187,7 +187,7 @@ describe("a call arriving while a checkpoint is open", () => {
 
     const untagged = track(respond(policy.url, null, { input: firstInput() }));
     const tagged = track(respond(policy.url, "r", { input: firstInput() }));
-    const gate = policy.server.policyParticipant?.gate;
+    const gate = policy.server.participant?.gate;
     await expect.poll(() => gate?.waitingCount, POLL).toBe(1);
     // Not admitted: not counted, and nothing reached the backend.
     expect((await status(policy.url)).report.counts).toMatchObject({ inflight: 0, held: 0 });

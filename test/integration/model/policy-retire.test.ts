@@ -137,7 +137,7 @@ describe("a call waiting at closed admission after a restore", () => {
     // Admission stays closed until resume: the replacement's call waits, unadmitted.
     const calls = (await fakeCalls(fake)).length;
     const waiting = track(respond(fresh.url, "r-a1", { input: firstInput() }));
-    const gate = fresh.server.policyParticipant?.gate;
+    const gate = fresh.server.participant?.gate;
     await expect.poll(() => gate?.waitingCount, POLL).toBe(1);
 
     // In the restored phase a retire names the restore's checkpoint.
@@ -175,7 +175,7 @@ describe("a call waiting at closed admission after a restore", () => {
     expect((await restore(fresh, "c2", dir, ["r"])).status).toBe(200);
     const calls = (await fakeCalls(fake)).length;
     const waiting = track(respond(fresh.url, "r-a1", { input: firstInput() }));
-    const gate = fresh.server.policyParticipant?.gate;
+    const gate = fresh.server.participant?.gate;
     await expect.poll(() => gate?.waitingCount, POLL).toBe(1);
 
     const late = await control(fresh.url, "retire", {

@@ -814,8 +814,8 @@ describe("the counter example", () => {
       .send({ initial_count: 2 })
       .expect(200);
     expect(kept.status).toBe(200);
-    const [dropped] = [...server.counters.keys()];
-    server.counters.delete(dropped as string);
+    const [dropped] = [...server.states.keys()];
+    server.states.delete(dropped as string);
     const exported = await server.participant?.export(null, new AbortController().signal);
     expect(exported?.map((r) => r.state)).toEqual([{ count: 2, target: null }]);
     expect(server.participant?.sessionEpisode(dropped as string)).toBeNull();

@@ -43,7 +43,7 @@ describe("/increment_counter", () => {
     expect(res.status, JSON.stringify(res.body)).toBe(422);
     expect(res.body.error.code).toBe("invalid_request");
     expect(res.body.error.issues.length).toBeGreaterThan(0);
-    expect([...server.counters.values()].map((c) => c.count)).toEqual([0]);
+    expect([...server.states.values()].map((c) => c.count)).toEqual([0]);
   });
 
   it("adds count, and refuses a sum past the largest safe integer with 422", async () => {

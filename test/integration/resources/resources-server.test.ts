@@ -58,10 +58,10 @@ describe("resources server: checkpoint modes over HTTP", () => {
     await expect.poll(() => admit.mock.calls.length, { timeout: 5_000 }).toBe(1);
     await flush();
     expect(done).toBe(false);
-    expect([...server.counters.values()].map((c) => c.count)).toEqual([0]);
+    expect([...server.states.values()].map((c) => c.count)).toEqual([0]);
     await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
     expect((await call).status).toBe(200);
-    expect([...server.counters.values()].map((c) => c.count)).toEqual([1]);
+    expect([...server.states.values()].map((c) => c.count)).toEqual([1]);
   });
 
   it("a replayable verify is answered during an open checkpoint", async () => {
@@ -110,7 +110,7 @@ describe("resources server: checkpoint modes over HTTP", () => {
       expect(res.body.error.code).toBe("rollout_id_required");
       expect(res.headers["x-ng-checkpoint-verify"]).toBeUndefined();
     }
-    expect(server.counters.size).toBe(0);
+    expect(server.states.size).toBe(0);
   });
 
   it("off means off: no participant, no headers, no prefix needed", async () => {
@@ -205,12 +205,12 @@ describe("resources server: retire and forget", () => {
     );
     const agent = request.agent(url);
     await agent.post("/ng-rollout/r/seed_session").send({ initial_count: 1 }).expect(200);
-    expect(server.counters.size).toBe(1);
+    expect(server.states.size).toBe(1);
     await control(url, "retire", {
       checkpoint_id: "x1",
       episode_ids: [{ rollout_id: "r", attempt: 0 }],
     }).expect(200);
-    expect(server.counters.size).toBe(0);
+    expect(server.states.size).toBe(0);
     const refused = await agent.post("/get_counter_value").send({});
     expect(refused.status).toBe(409);
     expect(refused.body.error.code).toBe("stale_attempt");
@@ -288,12 +288,17 @@ describe("resources server: startup", () => {
     expect(() => new Leaf({ name: "l" })).not.toThrow();
   });
 
-  it("with checkpointing on, an app that skipped the participant refuses to start, naming its class", () => {
+  it("an override of configureApp cannot leave out the session layer or the checkpoint middleware", async () => {
     class Bypass extends Plain {
       protected override configureApp(): void {}
     }
-    expect(() => new Bypass({ name: "b", checkpoint: on, ...silent }).app()).toThrow(/Bypass/);
-    expect(() => new Bypass({ name: "b", ...silent }).app()).not.toThrow();
+    const server = new Bypass({ name: "b", checkpoint: on, ...silent });
+    const agent = request.agent(server.app());
+    const seeded = await agent.post("/ng-rollout/r/seed_session").send({}).expect(200);
+    expect(String(seeded.headers["set-cookie"])).toContain("Bypass___b=");
+    // The checkpoint middleware tracked the seeded session: it belongs to attempt r now.
+    await agent.post("/ng-rollout/r-a1/verify").send({}).expect(409);
+    expect(server.participant).not.toBeNull();
   });
 
   it("a declared session start gets the seed treatment", async () => {
@@ -338,6 +343,6 @@ describe("the counter", () => {
     const counter = new CounterServer({ name: "counter", ...silent });
     const res = await request(counter.app()).post("/increment_counter").send({ count: 1 });
     expect(res.body).toEqual({ success: false });
-    expect(counter.counters.size).toBe(0);
+    expect(counter.states.size).toBe(0);
   });
 });

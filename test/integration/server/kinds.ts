@@ -34,10 +34,10 @@ class IdleParticipant extends Participant {
     return prepareReport({ ready: true });
   }
   async retire(_episode: EpisodeId): Promise<void> {}
-  exportRecords(): [] {
+  async export(): Promise<[]> {
     return [];
   }
-  restoreRecords(): void {}
+  async install(): Promise<void> {}
 }
 
 /** A plain server: an echo of any JSON, a route without a body schema, and a GET. */

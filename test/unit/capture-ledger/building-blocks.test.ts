@@ -12,7 +12,7 @@ import {
   ledgerKeyBatch,
   parseCaptureFileName,
 } from "#sdk/capture/ledger/files.js";
-import { KeyedMutex } from "#sdk/capture/ledger/keyed-mutex.js";
+import { KeyedMutex } from "#sdk/util/keyed-mutex.js";
 import { EmptyFileBatch, inSlices } from "#sdk/capture/ledger/file-batch.js";
 import { RolloutIndex } from "#sdk/capture/ledger/rollout-index.js";
 import { episodeId } from "#sdk/identity/episode-id.js";

@@ -2,12 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  commitScope,
-  freshCheckpointId,
-  parseCaptureKeys,
-  readEpisodesFile,
-} from "#sdk/cli/ckpt.js";
+import { freshCheckpointId } from "#sdk/cli/ckpt/common.js";
+import { parseCaptureKeys, readEpisodesFile } from "#sdk/cli/ckpt/episodes.js";
+import { commitScope } from "#sdk/cli/ckpt/scope.js";
 import { splitList } from "#sdk/cli/defaults.js";
 import { UsageError } from "#sdk/cli/output.js";
 import { PrepareResult } from "#sdk/client/coordination.js";

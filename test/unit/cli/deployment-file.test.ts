@@ -14,7 +14,7 @@ import {
   resolveEntrypoint,
   serverUrl,
   type DeploymentProblem,
-} from "#sdk/cli/deployment-file.js";
+} from "#sdk/deployment/index.js";
 import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
 const FIXTURES = fileURLToPath(new URL("../../fixtures/", import.meta.url));

@@ -38,12 +38,14 @@ function spyOnWholeWalks() {
 describe("a retire of every restored replacement", () => {
   it("on an environment participant looks up each rollout, never walking what is held", async () => {
     const p = new EnvironmentParticipant();
-    p.restoreRecords(
+    await p.install(
       rollouts.map((id) => ({
         episode_id: episodeId(id),
         task_digest: "0".repeat(64),
         boundary: { next: 1 },
       })),
+      [],
+      new AbortController().signal,
     );
     expect(p.restoredPending()).toHaveLength(N);
     const walks = spyOnWholeWalks();

@@ -136,7 +136,7 @@ describe("RestartOnlyAgentParticipant export and restore", () => {
     const { p } = make();
     const t = p.track("r", r0);
     p.closeAdmission(prepare);
-    expect(await p.exportRecords(null)).toEqual([]);
+    expect(await p.export(null, signal())).toEqual([]);
     expect(await p.export([r0], signal())).toEqual([]);
     t.done();
   });
@@ -153,7 +153,7 @@ describe("RestartOnlyAgentParticipant export and restore", () => {
     expect(error).toBeInstanceOf(CheckpointError);
     expect((error as CheckpointError).code).toBe("checkpoint_error");
     expect((error as CheckpointError).message).toContain("cannot restore rollouts");
-    expect(await code(() => p.restoreRecords([record], signal()))).toBe("checkpoint_error");
+    expect(await code(() => p.install([record], [], signal()))).toBe("checkpoint_error");
   });
 });
 

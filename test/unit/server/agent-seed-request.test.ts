@@ -5,7 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AgentSeedRequestSchema, agentSeedRequestFromWire } from "#sdk/server/agent/agent-wire.js";
+import { AgentSeedRequestSchema, agentSeedRequestFromWire } from "#sdk/wire/agent.js";
 import { expectAgreesWithSchema, mostly, throughJson } from "../../support/fast-path.js";
 
 const maybe = (right: fc.Arbitrary<unknown>, weight = 8) => mostly(right, undefined, weight);

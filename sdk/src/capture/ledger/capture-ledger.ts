@@ -18,7 +18,7 @@ import {
   type CaptureFileKind,
 } from "./files.js";
 import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
-import { KeyedMutex } from "./keyed-mutex.js";
+import { KeyedMutex } from "../../util/keyed-mutex.js";
 import { failpoint } from "../../util/failpoints.js";
 import { Mutex } from "../../util/mutex.js";
 import { manifestFromRows, type LedgerManifest, type RowCallRecord } from "./manifest.js";

@@ -608,10 +608,6 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     return { accepting: this.#accepting };
   }
 
-  override exportRecords(): AgentSessionRecord[] {
-    throw new Error("the agent participant exports through export(); exportRecords is unused");
-  }
-
   override async export(
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
@@ -657,10 +653,6 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         episode,
       });
     });
-  }
-
-  override restoreRecords(): void {
-    throw new Error("the agent participant restores through install(); restoreRecords is unused");
   }
 
   override async install(

@@ -220,11 +220,18 @@ export class RestartOnlyAgentParticipant extends Participant<AgentSessionRecord>
   }
 
   /** Nothing is ever captured. (A scope naming a restart is refused by the control plane.) */
-  override exportRecords(_scope: readonly EpisodeId[] | null): AgentSessionRecord[] {
+  override async export(
+    _scope: readonly EpisodeId[] | null,
+    _signal: AbortSignal,
+  ): Promise<AgentSessionRecord[]> {
     return [];
   }
 
-  override restoreRecords(records: readonly AgentSessionRecord[], _signal: AbortSignal): void {
+  override async install(
+    records: readonly AgentSessionRecord[],
+    _scope: readonly EpisodeId[],
+    _signal: AbortSignal,
+  ): Promise<void> {
     if (records.length === 0) return;
     throw new CheckpointError(
       "checkpoint_error",

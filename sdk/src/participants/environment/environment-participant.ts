@@ -220,7 +220,10 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     return this.steps.readiness();
   }
 
-  override exportRecords(scope: readonly EpisodeId[] | null): EnvironmentRecord[] {
+  override async export(
+    scope: readonly EpisodeId[] | null,
+    _signal: AbortSignal,
+  ): Promise<EnvironmentRecord[]> {
     const inScope = scope === null ? null : new Set(scope.map(captureKey));
     // Sorted by capture key, each computed once (not twice per comparison).
     const keyed: { key: string; record: EnvironmentRecord }[] = [];
@@ -241,7 +244,11 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     return keyed.sort((a, b) => compareStrings(a.key, b.key)).map(({ record: r }) => r);
   }
 
-  override restoreRecords(records: readonly EnvironmentRecord[]): void {
+  override async install(
+    records: readonly EnvironmentRecord[],
+    _scope: readonly EpisodeId[],
+    _signal: AbortSignal,
+  ): Promise<void> {
     if (this.#live.size > 0 || this.#restored.size > 0) {
       throw new CheckpointError(
         "checkpoint_error",

@@ -162,10 +162,6 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     return { restored_generation_cuts: this.restoredCuts.keys() };
   }
 
-  override exportRecords(): ModelRecord[] {
-    throw new Error("the model participant exports through export()");
-  }
-
   override checkCommit(scope: readonly EpisodeId[] | null): void {
     if (scope === null) {
       throw new CheckpointError(
@@ -218,10 +214,6 @@ export class PolicyParticipant extends Participant<ModelRecord> {
       for (const key of sorted) all.add(key);
     }
     return { staging_keys: [...all].sort(), staging_keys_by_episode: byEpisode };
-  }
-
-  override restoreRecords(): void {
-    throw new Error("the model participant restores through install()");
   }
 
   override async install(

@@ -456,10 +456,6 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     });
   }
 
-  override exportRecords(scope: readonly EpisodeId[] | null): Promise<ResourcesRecord[]> {
-    return this.export(scope, new AbortController().signal);
-  }
-
   override async export(
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
@@ -498,10 +494,6 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
       });
     }
     return records;
-  }
-
-  override restoreRecords(records: readonly ResourcesRecord[], signal: AbortSignal): Promise<void> {
-    return this.install(records, [], signal);
   }
 
   override async install(

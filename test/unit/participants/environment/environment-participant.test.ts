@@ -49,7 +49,7 @@ describe("EnvironmentParticipant", () => {
     const parked = live.boundary({ next: "seed" });
     await tick();
     expect(p.ready()).toBe(true);
-    expect(p.exportRecords(null)).toEqual([
+    expect(await p.export(null, new AbortController().signal)).toEqual([
       {
         episode_id: { rollout_id: "r", attempt: 0 },
         task_digest: taskDigest(TASK),
@@ -72,7 +72,9 @@ describe("EnvironmentParticipant", () => {
     await tick();
     expect(p.ready()).toBe(true);
     expect(passed).toBe(false);
-    expect(p.exportRecords(null).map((r) => r.boundary)).toEqual([{ next: "verify" }]);
+    expect((await p.export(null, new AbortController().signal)).map((r) => r.boundary)).toEqual([
+      { next: "verify" },
+    ]);
     p.openAdmission();
     await at;
     expect(passed).toBe(true);
@@ -86,7 +88,7 @@ describe("EnvironmentParticipant", () => {
     const step = e.step("replay", () => new Promise<void>((resolve) => (release = resolve)));
     p.closeAdmission(PREPARE);
     expect(p.ready()).toBe(true);
-    expect(p.exportRecords(null)).toEqual([
+    expect(await p.export(null, new AbortController().signal)).toEqual([
       expect.objectContaining({ episode_id: { rollout_id: "r", attempt: 0 }, boundary: null }),
     ]);
     release();
@@ -114,7 +116,7 @@ describe("EnvironmentParticipant", () => {
     p.closeAdmission(PREPARE);
     expect(p.readiness()).toMatchObject({ ready: true, restarts: ["x"] });
     await e.boundary({ next: "seed" }); // does not park
-    expect(p.exportRecords(null)).toEqual([]);
+    expect(await p.export(null, new AbortController().signal)).toEqual([]);
     p.openAdmission();
     e.end();
     expect(p.readiness().restarts).toEqual([]);
@@ -196,7 +198,9 @@ describe("EnvironmentParticipant", () => {
       const at = e.boundary(e.continuation() as never);
       await tick();
       expect(p.ready()).toBe(true);
-      expect(p.exportRecords(null).map((r) => r.boundary)).toEqual([{ next: "verify" }]);
+      expect((await p.export(null, new AbortController().signal)).map((r) => r.boundary)).toEqual([
+        { next: "verify" },
+      ]);
       p.openAdmission();
       await at;
       e.end();
@@ -206,14 +210,14 @@ describe("EnvironmentParticipant", () => {
       const p = await restored();
       p.openAdmission();
       p.closeAdmission(PREPARE);
-      expect(p.exportRecords([episodeId("r", 1)])).toEqual([
+      expect(await p.export([episodeId("r", 1)], new AbortController().signal)).toEqual([
         {
           episode_id: { rollout_id: "r", attempt: 1 },
           task_digest: taskDigest(TASK),
           boundary: { next: "verify" },
         },
       ]);
-      expect(p.exportRecords([episodeId("s", 0)])).toEqual([]);
+      expect(await p.export([episodeId("s", 0)], new AbortController().signal)).toEqual([]);
       await p.deleteRestored(episodeId("r", 1), new AbortController().signal);
       expect(p.restoredPending()).toEqual([]);
       // Deleting marks nothing: the rollout may start over as that very attempt.
@@ -224,7 +228,9 @@ describe("EnvironmentParticipant", () => {
     it("refuses to restore into a participant holding episodes", async () => {
       const p = new EnvironmentParticipant();
       const e = begin(p, "busy");
-      expect(() => p.restoreRecords([record(null)])).toThrow(/fresh process/);
+      await expect(p.install([record(null)], [], new AbortController().signal)).rejects.toThrow(
+        /fresh process/,
+      );
       e.end();
     });
   });
@@ -236,8 +242,14 @@ describe("EnvironmentParticipant", () => {
     p.closeAdmission(PREPARE);
     const parked = [a.boundary({ s: "a" }), b.boundary({ s: "b" })];
     await tick();
-    expect(p.exportRecords([episodeId("b", 0)]).map((r) => r.episode_id.rollout_id)).toEqual(["b"]);
-    expect(p.exportRecords(null).map((r) => r.episode_id.rollout_id)).toEqual(["a", "b"]);
+    expect(
+      (await p.export([episodeId("b", 0)], new AbortController().signal)).map(
+        (r) => r.episode_id.rollout_id,
+      ),
+    ).toEqual(["b"]);
+    expect(
+      (await p.export(null, new AbortController().signal)).map((r) => r.episode_id.rollout_id),
+    ).toEqual(["a", "b"]);
     p.openAdmission();
     await Promise.all(parked);
     a.end();
@@ -288,7 +300,7 @@ describe("EnvironmentParticipant", () => {
       await expect(retire).rejects.toThrow("deadline");
       p.closeAdmission(PREPARE);
       expect(p.readiness()).toMatchObject({ ready: false, blockers: ["r"] });
-      expect(p.exportRecords(null)).toEqual([]);
+      expect(await p.export(null, new AbortController().signal)).toEqual([]);
       p.openAdmission();
       e.end();
     });
@@ -296,9 +308,11 @@ describe("EnvironmentParticipant", () => {
     it("drops restored records it covers", async () => {
       const p = new EnvironmentParticipant();
       p.closeAdmission(PREPARE);
-      p.restoreRecords([
-        { episode_id: episodeId("r", 0), task_digest: taskDigest(TASK), boundary: null },
-      ]);
+      await p.install(
+        [{ episode_id: episodeId("r", 0), task_digest: taskDigest(TASK), boundary: null }],
+        [],
+        new AbortController().signal,
+      );
       p.openAdmission();
       await p.retire(episodeId("r", 1), new AbortController().signal);
       expect(p.restoredPending()).toEqual([]);

@@ -5,8 +5,8 @@
  * @module
  */
 import { z } from "zod";
-import { EpisodeIdSchema, episodeIdFromWire } from "../../identity/episode-id.js";
-import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../../util/plain-record.js";
+import { EpisodeIdSchema, episodeIdFromWire } from "../identity/episode-id.js";
+import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../util/plain-record.js";
 
 /** The header carrying an activation's 1-based index within its session. */
 export const ACTIVATION_HEADER = "x-ng-agent-activation";
@@ -84,6 +84,8 @@ export type AgentSeedRequest = z.infer<typeof AgentSeedRequestSchema>;
 export const AgentSeedReplySchema = z
   .strictObject({ agent_session_id: z.string() })
   .meta({ id: "AgentSeedReply" });
+/** The seed reply. */
+export type AgentSeedReply = z.infer<typeof AgentSeedReplySchema>;
 
 /** `POST /v1/agent_sessions/close`: close a session. */
 export const AgentCloseRequestSchema = z

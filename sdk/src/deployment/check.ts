@@ -1,0 +1,127 @@
+/**
+ * The checks the schema cannot make: duplicate keys and server names, references to servers
+ * that do not exist, ports given twice, server names that cannot name a directory.
+ */
+import { visit, type Document, type LineCounter } from "yaml";
+import { SERVER_REFERENCE_SUFFIX, type DeploymentFile } from "../wire/deployment.js";
+import type { DeploymentProblem } from "./errors.js";
+import { keyText, pathText, startOf } from "./positions.js";
+
+/** The line of the key (or item) at a path in the file. */
+export type LineOf = (segments: readonly PropertyKey[]) => number;
+
+/**
+ * Duplicate keys, which YAML reports as errors: a duplicate server name is named as such, with
+ * the line of its first definition.
+ */
+export function duplicateProblems(doc: Document, lines: LineCounter): DeploymentProblem[] {
+  const problems: DeploymentProblem[] = [];
+  const servers = doc.get("servers", true);
+  for (const error of doc.errors) {
+    if (error.code !== "DUPLICATE_KEY") continue;
+    const offset = error.pos[0];
+    const line = lines.linePos(offset).line;
+    // Find the map holding the duplicated key to name it and its first definition.
+    let described: DeploymentProblem | null = null;
+    visit(doc, {
+      Map(_key, map) {
+        const index = map.items.findIndex((pair) => startOf(pair.key) === offset);
+        if (index < 0) return undefined;
+        const pair = map.items[index];
+        const name = keyText(pair?.key);
+        const first = map.items.find((item) => keyText(item.key) === name);
+        const firstLine = lines.linePos(startOf(first?.key) ?? offset).line;
+        described =
+          map === servers
+            ? {
+                line,
+                path: `servers.${name}`,
+                message: `duplicate server name '${name}' (first defined on line ${firstLine}): rename one of them`,
+              }
+            : {
+                line,
+                path: name,
+                message: `duplicate key '${name}' (first on line ${firstLine}): keep only one`,
+              };
+        return visit.BREAK;
+      },
+    });
+    problems.push(
+      described ?? { line, path: "", message: "duplicate key: keys of a mapping must be unique" },
+    );
+  }
+  return problems;
+}
+
+/**
+ * Keys ending in {@link SERVER_REFERENCE_SUFFIX} anywhere in a server's `config` must name a
+ * server of this deployment.
+ */
+export function referenceProblems(file: DeploymentFile, at: LineOf): DeploymentProblem[] {
+  const names = Object.keys(file.servers);
+  const problems: DeploymentProblem[] = [];
+  const walk = (value: unknown, segments: readonly PropertyKey[]): void => {
+    if (Array.isArray(value)) {
+      value.forEach((item, index) => walk(item, [...segments, index]));
+      return;
+    }
+    if (value === null || typeof value !== "object") return;
+    for (const [key, item] of Object.entries(value)) {
+      const here = [...segments, key];
+      if (key.endsWith(SERVER_REFERENCE_SUFFIX) && item !== null) {
+        if (typeof item !== "string") {
+          problems.push({
+            line: at(here),
+            path: pathText(here),
+            message: `${pathText(here)} must name a server of this deployment (a string), got ${JSON.stringify(item)}`,
+          });
+        } else if (!Object.hasOwn(file.servers, item)) {
+          problems.push({
+            line: at(here),
+            path: pathText(here),
+            message:
+              `${pathText(here)} names server '${item}', which this deployment does not define ` +
+              `(servers: ${names.join(", ")}): fix the name or add the server`,
+          });
+        }
+        continue;
+      }
+      walk(item, here);
+    }
+  };
+  for (const [name, server] of Object.entries(file.servers)) {
+    walk(server.config, ["servers", name, "config"]);
+  }
+  return problems;
+}
+
+/** A fixed port (not 0) may be given to one server per host. */
+export function portProblems(file: DeploymentFile, at: LineOf): DeploymentProblem[] {
+  const problems: DeploymentProblem[] = [];
+  const taken = new Map<string, string>();
+  for (const [name, server] of Object.entries(file.servers)) {
+    if (server.port === 0) continue;
+    const key = `${server.host}:${server.port}`;
+    const other = taken.get(key);
+    if (other !== undefined) {
+      problems.push({
+        line: at(["servers", name, "port"]),
+        path: `servers.${name}.port`,
+        message: `port ${server.port} on ${server.host} is also given to server ${other} (line ${at(["servers", other, "port"])}): give each server its own port, or port: 0`,
+      });
+    } else {
+      taken.set(key, name);
+    }
+  }
+  return problems;
+}
+
+/** A server name must start with a letter or a digit: it names a checkpoint directory. */
+export function serverNameProblem(name: string, at: LineOf): DeploymentProblem | null {
+  if (/^[A-Za-z0-9]/.test(name)) return null;
+  return {
+    line: at(["servers", name]),
+    path: `servers.${name}`,
+    message: `server name '${name}' must start with a letter or a digit (it names a checkpoint directory): rename it`,
+  };
+}

@@ -1,0 +1,178 @@
+/**
+ * Loading a deployment file (YAML, or JSON, which YAML reads too): parse, expand `${VAR}`
+ * references, validate with {@link DeploymentFileSchema}, run the cross checks and resolve each
+ * entrypoint. Every problem is collected and reported at once as `file:line: what is wrong: what
+ * to do`. Nothing is started by loading.
+ *
+ * @see docs/deployment.md
+ */
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { LineCounter, parseDocument } from "yaml";
+import { DeploymentFileSchema, type ServerKind } from "../wire/deployment.js";
+import type { CheckpointSettings } from "../wire/settings.js";
+import {
+  duplicateProblems,
+  portProblems,
+  referenceProblems,
+  serverNameProblem,
+  type LineOf,
+} from "./check.js";
+import { EntrypointError, resolveEntrypoint } from "./entrypoint.js";
+import { DeploymentFileError, type DeploymentProblem } from "./errors.js";
+import { expandDocument } from "./expand.js";
+import { issueProblems, type IssueContext } from "./issues.js";
+import { locate } from "./positions.js";
+
+/** One server of a loaded deployment, with its entrypoint resolved to a module file. */
+export interface LoadedServer {
+  readonly name: string;
+  readonly kind: ServerKind;
+  /** Absolute path of the module whose default export is the server. */
+  readonly entrypoint: string;
+  readonly host: string;
+  /** 0: the launcher picks a free port. */
+  readonly port: number;
+  readonly num_workers: number;
+  /** Extra Node.js flags of the server's process. */
+  readonly node_args: readonly string[];
+  readonly config: Record<string, unknown>;
+  /** The line of the server's name in the file. */
+  readonly line: number;
+}
+
+/** A validated deployment file. */
+export interface LoadedDeployment {
+  /** Absolute path of the file. */
+  readonly file: string;
+  /** Its directory: entrypoints and the default state directory are relative to it. */
+  readonly dir: string;
+  /** The `checkpoint:` block, or null when absent (checkpointing off). */
+  readonly checkpoint: CheckpointSettings | null;
+  /** In file order. */
+  readonly servers: Readonly<Record<string, LoadedServer>>;
+}
+
+/** Options of {@link loadDeploymentFile}. */
+export interface LoadOptions {
+  /** Variables `${VAR}` expands from. @default process.env */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Resolve each entrypoint and report those that cannot be found. @default true */
+  readonly checkEntrypoints?: boolean;
+  /** The directory a relative `file` is resolved against (it is still shown as given). @default process.cwd() */
+  readonly cwd?: string;
+}
+
+function readText(file: string, absolute: string): string {
+  try {
+    return readFileSync(absolute, "utf8");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new DeploymentFileError(file, [
+      {
+        line: null,
+        path: "",
+        message:
+          code === "ENOENT"
+            ? "no such file: check the path"
+            : `cannot read it: ${(error as Error).message}`,
+      },
+    ]);
+  }
+}
+
+/**
+ * Loads and checks a deployment file. Throws {@link DeploymentFileError} listing every problem
+ * found, each with its line and what to do.
+ *
+ * @example
+ * const deployment = loadDeploymentFile("deployment.yaml");
+ * console.log(Object.keys(deployment.servers));
+ */
+export function loadDeploymentFile(file: string, options: LoadOptions = {}): LoadedDeployment {
+  const absolute = path.resolve(options.cwd ?? process.cwd(), file);
+  const dir = path.dirname(absolute);
+  const text = readText(file, absolute);
+
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
+  // Syntax errors stop here; duplicate keys are reported with the other problems.
+  const syntax = doc.errors.filter((error) => error.code !== "DUPLICATE_KEY");
+  if (syntax.length > 0) {
+    throw new DeploymentFileError(
+      file,
+      syntax.map((error) => ({
+        line: lines.linePos(error.pos[0]).line,
+        path: "",
+        message: `not valid YAML or JSON: ${error.message.split("\n")[0]}`,
+      })),
+    );
+  }
+  const problems: DeploymentProblem[] = duplicateProblems(doc, lines);
+  const expansion = expandDocument(doc, lines, options.env ?? process.env);
+  problems.push(...expansion.problems);
+
+  let data: unknown;
+  try {
+    data = doc.toJS({ maxAliasCount: 1000 });
+  } catch (error) {
+    // e.g. an alias bomb: yaml refuses to expand it, and the file names nothing usable.
+    throw new DeploymentFileError(file, [
+      {
+        line: 1,
+        path: "",
+        message: `cannot read the document: ${(error as Error).message}; write the servers out without YAML aliases`,
+      },
+    ]);
+  }
+  const at: LineOf = (segments) => locate(doc, lines, segments).line;
+  const parsed = DeploymentFileSchema.safeParse(data ?? {});
+  if (!parsed.success) {
+    const context: IssueContext = {
+      doc,
+      lines,
+      data,
+      expandedNodes: expansion.expandedNodes,
+      failedNodes: expansion.failedNodes,
+    };
+    for (const issue of parsed.error.issues) problems.push(...issueProblems(issue, context));
+    throw new DeploymentFileError(file, problems);
+  }
+
+  const deployment = parsed.data;
+  problems.push(...referenceProblems(deployment, at));
+  problems.push(...portProblems(deployment, at));
+  const servers: Record<string, LoadedServer> = {};
+  for (const [name, server] of Object.entries(deployment.servers)) {
+    const badName = serverNameProblem(name, at);
+    if (badName !== null) problems.push(badName);
+    let entrypoint = server.entrypoint;
+    if (options.checkEntrypoints ?? true) {
+      try {
+        entrypoint = resolveEntrypoint(server.entrypoint, dir);
+      } catch (error) {
+        if (!(error instanceof EntrypointError)) throw error;
+        problems.push({
+          line: at(["servers", name, "entrypoint"]),
+          path: `servers.${name}.entrypoint`,
+          message: error.message,
+        });
+      }
+    } else {
+      entrypoint = path.resolve(dir, server.entrypoint);
+    }
+    servers[name] = {
+      name,
+      kind: server.kind,
+      entrypoint,
+      host: server.host,
+      port: server.port,
+      num_workers: server.num_workers,
+      node_args: server.node_args,
+      config: server.config,
+      line: at(["servers", name]),
+    };
+  }
+  if (problems.length > 0) throw new DeploymentFileError(file, problems);
+  return { file: absolute, dir, checkpoint: deployment.checkpoint ?? null, servers };
+}

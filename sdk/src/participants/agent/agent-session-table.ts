@@ -1,0 +1,357 @@
+/**
+ * The agent's session table: every session the agent holds (seeded, restored, or a legacy
+ * `/run`'s `run:<rollout>`), its state, its activation count and kept reply, and the close
+ * receipts a retried close is answered from. One table whether or not checkpointing is on;
+ * the checkpoint participant tracks the same keys' phases (running, parked, closing) and the
+ * server keeps only routes, cookies and the author's hooks.
+ *
+ * @module
+ */
+import { CheckpointError, EpisodeError } from "../../errors.js";
+import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
+import type { CookieJar } from "../../util/cookies.js";
+import { deferred, type Deferred } from "../../util/deferred.js";
+import { KeyedMutex } from "../../util/keyed-mutex.js";
+import { withFields } from "../../util/with-fields.js";
+import {
+  ACTIVATION_HEADER,
+  parseActivationIndex,
+  type AgentCloseReply,
+  type AgentSeedRequest,
+} from "../../wire/agent.js";
+import type { JsonValue } from "../../wire/json-value.js";
+import {
+  isLegacySessionKey,
+  type AgentSessionHooks,
+  type RestoredAgentSession,
+} from "./agent-records.js";
+import { parseBookkeeping, withoutBookkeeping, type Bookkeeping } from "./agent-bookkeeping.js";
+
+/** The reply of a completed activation, kept to answer a repeated request for it. */
+export interface StoredActivationReply {
+  /** The reply JSON (without `_ng_trajectory`). */
+  readonly response: Record<string, unknown>;
+  /** Cookies the reply set. */
+  readonly cookies: CookieJar;
+}
+
+/** One session of the table. */
+export class AgentSessionEntry<State> {
+  /** A close has begun: no activation may start. */
+  closing = false;
+  /** How many activations started (the next is `activations + 1`). */
+  activations = 0;
+  /** The index of the activation that completed last. */
+  completedActivation = 0;
+  /** Its reply, kept when the activation was indexed. */
+  completedReply: StoredActivationReply | null = null;
+  /** The activation running now, whose reply a repeat of it joins. */
+  running: { readonly index: number; readonly reply: Deferred<StoredActivationReply> } | null =
+    null;
+
+  constructor(
+    readonly key: string,
+    public episode: EpisodeId,
+    /** The seed request; null for a legacy `/run` session. */
+    readonly request: AgentSeedRequest | null,
+    public state: State | undefined,
+  ) {}
+
+  /** Whether the session was seeded (not a legacy `/run`). */
+  get native(): boolean {
+    return this.request !== null;
+  }
+}
+
+/** How an activation request is answered, by its `x-ng-agent-activation` index. */
+export type ActivationTurn =
+  /** Run the turn loop; `index` is the request's index, or null without the header. */
+  | { readonly kind: "run"; readonly index: number | null }
+  /** The same activation is running: answer with its reply. */
+  | { readonly kind: "join"; readonly reply: Promise<StoredActivationReply> }
+  /** The same activation completed: answer with its kept reply. */
+  | { readonly kind: "replay"; readonly reply: StoredActivationReply };
+
+/** A turn loop's result before it is kept. */
+export interface ActivationResult {
+  readonly response: Record<string, unknown>;
+  readonly cookies?: CookieJar;
+}
+
+interface Receipt {
+  readonly reply: AgentCloseReply;
+  readonly expiresAt: number;
+}
+
+/** Options of an {@link AgentSessionTable}. */
+export interface AgentSessionTableOptions {
+  /** How long a close receipt answers a retried close, in ms (read at each close). */
+  readonly receiptWindowMs: () => number;
+}
+
+/** The agent's sessions, close receipts and per-session locks. */
+export class AgentSessionTable<State> {
+  readonly #entries = new Map<string, AgentSessionEntry<State>>();
+  readonly #receipts = new Map<string, Receipt>();
+  readonly #locks = new KeyedMutex();
+  readonly #receiptWindowMs: () => number;
+
+  constructor(options: AgentSessionTableOptions) {
+    this.#receiptWindowMs = options.receiptWindowMs;
+  }
+
+  /** The session of `key`, or undefined. */
+  get(key: string): AgentSessionEntry<State> | undefined {
+    return this.#entries.get(key);
+  }
+
+  has(key: string): boolean {
+    return this.#entries.has(key);
+  }
+
+  /** Adds (or replaces) a session. */
+  add(entry: AgentSessionEntry<State>): void {
+    this.#entries.set(entry.key, entry);
+  }
+
+  /** Removes `entry` if it is still the session of its key (a retire may have replaced it). */
+  remove(entry: AgentSessionEntry<State>): void {
+    if (this.#entries.get(entry.key) === entry) this.#entries.delete(entry.key);
+  }
+
+  /** Removes the session of `key`, whatever it is. */
+  delete(key: string): void {
+    this.#entries.delete(key);
+  }
+
+  /**
+   * Throws `stale_attempt` when `entry` is no longer the session of its key: a retire took it
+   * while a seed or close awaited.
+   */
+  requireCurrent(entry: AgentSessionEntry<State>): void {
+    if (this.#entries.get(entry.key) !== entry) {
+      throw EpisodeError.staleAttempt(captureKey(entry.episode), entry.episode.attempt);
+    }
+  }
+
+  /** Runs `fn` holding the lock of `key`: seeds and closes of one session run one at a time. */
+  withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    return this.#locks.run([key], fn);
+  }
+
+  // ---- Close receipts ----------------------------------------------------------------------
+
+  /** The kept close reply of `key` (a copy), or null; drops receipts past their window first. */
+  receipt(key: string): AgentCloseReply | null {
+    this.#purgeReceipts();
+    const receipt = this.#receipts.get(key);
+    return receipt === undefined ? null : structuredClone(receipt.reply);
+  }
+
+  /** Keeps `reply` for a retried close and returns a copy. */
+  storeReceipt(key: string, reply: AgentCloseReply): AgentCloseReply {
+    this.#receipts.set(key, { reply, expiresAt: Date.now() + this.#receiptWindowMs() });
+    return structuredClone(reply);
+  }
+
+  /** Drops receipts past their window; receipts expire in insertion order. */
+  #purgeReceipts(): void {
+    const now = Date.now();
+    for (const [key, receipt] of this.#receipts) {
+      if (receipt.expiresAt > now) break;
+      this.#receipts.delete(key);
+    }
+  }
+
+  // ---- Activations -------------------------------------------------------------------------
+
+  /**
+   * How an activation of `entry` with the activation header `header` (undefined: none) is
+   * answered: run, join the same running activation, or replay its kept reply.
+   * @throws EpisodeError `activation_out_of_order` for a malformed, skipped or unkept index
+   */
+  turnOf(entry: AgentSessionEntry<State>, header: string | undefined, key: string): ActivationTurn {
+    if (header === undefined) return { kind: "run", index: null };
+    const index = parseActivationIndex(header);
+    if (index === null) {
+      throw new EpisodeError(
+        "activation_out_of_order",
+        `${ACTIVATION_HEADER} must be a positive integer, got ${JSON.stringify(header)}`,
+        key,
+      );
+    }
+    const completed = entry.completedActivation;
+    if (entry.running !== null && entry.running.index === index) {
+      return { kind: "join", reply: entry.running.reply.promise };
+    }
+    if (index === completed) {
+      if (entry.completedReply === null) {
+        throw new EpisodeError(
+          "activation_out_of_order",
+          `activation ${index} of agent session ${entry.key} completed but its reply is not kept`,
+          key,
+        );
+      }
+      return { kind: "replay", reply: entry.completedReply };
+    }
+    if (index !== completed + 1) {
+      throw new EpisodeError(
+        "activation_out_of_order",
+        `activation ${index} of agent session ${entry.key} is out of order: activation ${completed} completed last`,
+        key,
+      );
+    }
+    return { kind: "run", index };
+  }
+
+  /**
+   * Runs one activation's turn loop (`entry` null: a session-less call) and keeps its reply:
+   * recorded before the activation ends, so a checkpoint exports it with the session, and
+   * handed to a repeat of the same activation that joined it.
+   */
+  async runActivation(
+    entry: AgentSessionEntry<State> | null,
+    indexed: boolean,
+    loop: () => Promise<ActivationResult>,
+  ): Promise<StoredActivationReply> {
+    const running =
+      entry === null
+        ? null
+        : { index: entry.activations, reply: deferred<StoredActivationReply>() };
+    running?.reply.promise.catch(() => undefined); // joiners see it; nobody else must
+    if (entry !== null) entry.running = running;
+    try {
+      const result = await loop();
+      // A native session reports its trajectory through its observations at close; a legacy
+      // /run has no bundle, so its loop keeps the trajectory in the reply.
+      const native = entry?.native === true;
+      const response = indexed && native ? withoutTrajectory(result.response) : result.response;
+      const stored: StoredActivationReply = { response, cookies: { ...(result.cookies ?? {}) } };
+      if (entry !== null && running !== null) {
+        entry.completedActivation = running.index;
+        entry.completedReply = indexed ? stored : null;
+        running.reply.resolve(stored);
+      }
+      return stored;
+    } catch (error) {
+      running?.reply.reject(error);
+      throw error;
+    } finally {
+      if (entry !== null && entry.running === running) entry.running = null;
+    }
+  }
+
+  // ---- Checkpoints -------------------------------------------------------------------------
+
+  /** The session object of `key` as stored: the agent's own fields and the bookkeeping. */
+  exported(key: string, own: Record<string, JsonValue>): Record<string, JsonValue> {
+    const entry = this.#entries.get(key);
+    return withFields(own, {
+      activations: entry?.activations ?? 0,
+      completed_activation: entry?.completedActivation ?? 0,
+      completed_reply: (entry?.completedReply ?? null) as JsonValue,
+    });
+  }
+
+  /**
+   * After the agent's restore hook: checks it installed every named session (else removes the
+   * ones it did and throws), then sets each session's attempt and bookkeeping; a legacy
+   * session gets an entry of its own.
+   */
+  installBookkeeping(
+    sessions: readonly RestoredAgentSession[],
+    books: readonly Bookkeeping[],
+  ): void {
+    const isLegacy = isLegacySessionKey;
+    const missing = sessions.filter((s) => !isLegacy(s.sessionKey) && !this.has(s.sessionKey));
+    if (missing.length > 0) {
+      for (const s of sessions) if (!isLegacy(s.sessionKey)) this.#entries.delete(s.sessionKey);
+      throw new CheckpointError(
+        "checkpoint_error",
+        `restoreAgentSessions did not install sessions [${missing.map((s) => s.sessionKey).join(", ")}]; call installRestoredSession for each`,
+      );
+    }
+    sessions.forEach((s, i) => {
+      const book = books[i] as Bookkeeping;
+      let entry = this.#entries.get(s.sessionKey);
+      if (entry === undefined) {
+        entry = new AgentSessionEntry<State>(s.sessionKey, s.episodeId, null, undefined);
+        this.#entries.set(s.sessionKey, entry);
+      }
+      entry.episode = s.episodeId;
+      entry.activations = book.activations;
+      entry.completedActivation = book.completed_activation;
+      entry.completedReply = book.completed_reply;
+    });
+  }
+}
+
+/** The `activation-<n>` invocation ID of an activation (`root` for the first). */
+export function invocationId(activations: number): string {
+  return activations <= 1 ? "root" : `activation-${activations}`;
+}
+
+function withoutTrajectory(response: Record<string, unknown>): Record<string, unknown> {
+  if (!Object.hasOwn(response, "_ng_trajectory")) return response;
+  const { _ng_trajectory: _dropped, ...rest } = response;
+  return rest;
+}
+
+/** The author's session hooks, as the session participant's hooks take them. */
+export interface AuthorSessionHooks {
+  exportAgentSessions(input: {
+    readonly sessionKeys: readonly string[];
+    readonly signal: AbortSignal;
+  }): Promise<Readonly<Record<string, Record<string, JsonValue>>>>;
+  restoreAgentSessions(input: {
+    readonly sessions: readonly RestoredAgentSession[];
+    readonly signal: AbortSignal;
+  }): Promise<void>;
+  retireAgentSession(input: {
+    readonly sessionKey: string;
+    readonly signal: AbortSignal;
+  }): Promise<void>;
+}
+
+/**
+ * The participant's session hooks over the author's: legacy `run:` sessions are the SDK's own
+ * (the author never sees them), and every exported session carries the table's bookkeeping.
+ */
+export function sessionHooks<State>(
+  table: AgentSessionTable<State>,
+  author: AuthorSessionHooks,
+): AgentSessionHooks {
+  return {
+    exportAgentSessions: async ({ sessionKeys, signal }) => {
+      const native = sessionKeys.filter((key) => !isLegacySessionKey(key));
+      const exported =
+        native.length === 0
+          ? {}
+          : await author.exportAgentSessions({ sessionKeys: native, signal });
+      // Entries, not assignments: an agent session ID such as `__proto__` stays an own key.
+      const out: [string, JsonValue][] = [];
+      for (const key of sessionKeys) {
+        const legacy = isLegacySessionKey(key);
+        if (!legacy && !Object.hasOwn(exported, key)) continue;
+        const own = legacy ? {} : exported[key];
+        if (typeof own !== "object" || own === null || Array.isArray(own)) {
+          throw new CheckpointError(
+            "checkpoint_error",
+            `exportAgentSessions returned a non-object for session ${key}; return a JSON object`,
+          );
+        }
+        out.push([key, table.exported(key, own)]);
+      }
+      return Object.fromEntries(out);
+    },
+    restoreAgentSessions: async ({ sessions, signal }) => {
+      const books = parseBookkeeping(sessions);
+      const native = sessions
+        .filter((s) => !isLegacySessionKey(s.sessionKey))
+        .map((s) => ({ ...s, session: withoutBookkeeping(s.session) }));
+      if (native.length > 0) await author.restoreAgentSessions({ sessions: native, signal });
+      table.installBookkeeping(sessions, books);
+    },
+    retireAgentSession: (input) => author.retireAgentSession(input),
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * An opt-in base for resources servers whose per-session state is a small JSON value held in
+ * memory: declare the state's schema and how a seed builds it; export, restore, retire and
+ * close are written for you.
+ *
+ * @module
+ */
+import type { z } from "zod";
+import type { CheckpointMode } from "../../participants/resources/declarations.js";
+import type { JsonValue } from "../../wire/json-value.js";
+import { isPlainRecord } from "../../util/plain-record.js";
+import { parseBody } from "../../wire/parse.js";
+import { dataRoute, type DataRoute } from "../data-route.js";
+import { ResourcesServer, resourcesSession, type SessionRouteInput } from "../resources-server.js";
+
+/** What a {@link SessionStateServer.stateTool} handler receives. */
+export interface StateToolInput<State, Body> extends SessionRouteInput<Body> {
+  /** The calling session's state, or undefined when no seed built one. */
+  readonly state: State | undefined;
+  /**
+   * Replaces the calling session's state; false (and nothing kept) for a session nobody
+   * seeded: nothing would ever free its state.
+   * @throws InvalidRequestError (422) naming the field when the state schema refuses `state`
+   */
+  setState(state: State): boolean;
+}
+
+/**
+ * A resources server in `exported` mode whose sessions' states live in {@link states}: a seed
+ * stores {@link initialState} (a repeated seed keeps what is held; a body naming a
+ * `resources_session_id` keys the session by it and is answered with it), a close (answered
+ * with the session's ID) or retire deletes it, a checkpoint exports every held state and a restore installs them once
+ * {@link sessionStateSchema} accepted all.
+ *
+ * @example
+ * class Tally extends SessionStateServer<number> {
+ *   protected override readonly stateSchema = z.number();
+ *   protected override initialState() { return 0; }
+ *   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+ *     return { reward: this.states.get(session.id) === body.target ? 1 : 0 };
+ *   }
+ * }
+ * @see docs/resources-server.md
+ */
+export abstract class SessionStateServer<
+  State extends JsonValue,
+  Config = unknown,
+> extends ResourcesServer<Config> {
+  static override checkpointMode: CheckpointMode = "exported";
+
+  /** Every held session's state, by session ID. */
+  readonly states = new Map<string, State>();
+
+  /**
+   * The schema of one session's state: every restored state, and every state a tool sets, is
+   * checked against it.
+   */
+  protected abstract readonly stateSchema: z.ZodType<State>;
+
+  /** The state a seed builds (it may `session.replaceId` first). */
+  protected abstract initialState(input: SessionRouteInput): State;
+
+  /**
+   * A `POST` tool route handed the calling session's state: `request` is the body schema (null:
+   * no body), documented like any data route.
+   */
+  protected stateTool<Schema extends z.ZodType | null>(
+    path: string,
+    summary: string,
+    request: Schema,
+    handler: (
+      input: StateToolInput<State, Schema extends z.ZodType ? z.infer<Schema> : undefined>,
+    ) => unknown,
+  ): DataRoute {
+    return dataRoute({
+      method: "post",
+      path,
+      summary,
+      ...(request === null ? {} : { request }),
+      handler: (input) => {
+        const session = resourcesSession(input);
+        return handler({
+          ...input,
+          session,
+          state: this.states.get(session.id),
+          setState: (state) => {
+            if (!this.states.has(session.id)) return false;
+            this.states.set(session.id, parseBody(this.stateSchema, state, "the session state"));
+            return true;
+          },
+        });
+      },
+    });
+  }
+
+  /** The `/seed_session` body schema, when the seed has one. @default any JSON value */
+  protected readonly seedSchema: z.ZodType | null = null;
+
+  protected override seedRequestSchema(): z.ZodType {
+    return this.seedSchema ?? super.seedRequestSchema();
+  }
+
+  protected override sessionStateSchema(): z.ZodType<State> {
+    return this.stateSchema;
+  }
+
+  protected override seedSession(input: SessionRouteInput): unknown {
+    const named = nativeSessionId(input.body);
+    if (named !== null) input.session.replaceId(named);
+    const state = this.initialState(input);
+    if (!this.states.has(input.session.id)) this.states.set(input.session.id, state);
+    return named === null ? {} : { resources_session_id: input.session.id };
+  }
+
+  protected override closeSession(input: SessionRouteInput): unknown {
+    this.states.delete(input.session.id);
+    return { resources_session_id: input.session.id };
+  }
+
+  protected override async exportSessionStates(input: {
+    readonly sessionIds: readonly string[];
+  }): Promise<Readonly<Record<string, JsonValue>>> {
+    // A session no longer held is left out: the participant counts it as dropped.
+    return Object.fromEntries(
+      input.sessionIds.flatMap((id) => {
+        const state = this.states.get(id);
+        return state === undefined ? [] : [[id, state] as const];
+      }),
+    );
+  }
+
+  protected override async restoreSessionStates(input: {
+    readonly states: Readonly<Record<string, JsonValue>>;
+  }): Promise<void> {
+    // Every state passed sessionStateSchema() before this runs; parse once more for its type.
+    const parsed = Object.entries(input.states).map(
+      ([id, s]) => [id, this.stateSchema.parse(s)] as const,
+    );
+    for (const [id, state] of parsed) this.states.set(id, state);
+  }
+
+  protected override async retireSessionState(input: { readonly sessionId: string }) {
+    this.states.delete(input.sessionId);
+  }
+}
+
+/** The `resources_session_id` a seed body names, or null. */
+function nativeSessionId(body: unknown): string | null {
+  if (!isPlainRecord(body)) return null;
+  const id = body.resources_session_id;
+  return typeof id === "string" && id.length > 0 ? id : null;
+}
