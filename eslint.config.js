@@ -1,6 +1,51 @@
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
+/**
+ * The SDK's layers, lowest first: a module may import its own folder and the folders before
+ * it, never one after it (docs/architecture.md). `errors` is the file `sdk/src/errors.ts`.
+ */
+const LAYERS = [
+  "util",
+  "errors",
+  "identity",
+  "wire",
+  "store",
+  "steps",
+  "openapi",
+  "control",
+  "capture",
+  "participants",
+  "client",
+  "deployment",
+  "server",
+  "testing",
+  "cli",
+];
+
+/** One `no-restricted-imports` block per layer, refusing every upward import. */
+const layerRules = LAYERS.map((layer, index) => {
+  const above = LAYERS.slice(index + 1);
+  // The entry points sit above every layer: nothing inside imports them.
+  const upward = [...above, "index", "controller"];
+  return {
+    files: layer === "errors" ? ["sdk/src/errors.ts"] : [`sdk/src/${layer}/**/*.ts`],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: `^(\\.\\./)+(${upward.join("|")})(/|\\.js$)`,
+              message: `${layer} is below ${above.join(", ") || "the entry points"}: an upward import breaks the layers (docs/architecture.md).`,
+            },
+          ],
+        },
+      ],
+    },
+  };
+});
+
 export default tseslint.config(
   { ignores: ["**/dist/**", "**/node_modules/**", "openapi/**", "coverage/**"] },
   js.configs.recommended,
@@ -17,5 +62,39 @@ export default tseslint.config(
   {
     files: ["test/**", "**/scripts/**", "**/cli/**"],
     rules: { "no-console": "off" },
+  },
+  ...layerRules,
+  {
+    files: ["test/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(\\.\\./)+sdk/src/",
+              message: "Import the SDK's modules through the #sdk/* alias (package.json imports).",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ["reference-servers/**/*.ts", "templates/**/*.ts", "demo/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(#sdk/|(\\.\\./)+sdk/)",
+              message:
+                "Reference servers, templates and the demo use only the package's entry points.",
+            },
+          ],
+        },
+      ],
+    },
   },
 );

@@ -15,15 +15,11 @@ import {
   IdentifierSchema,
   NonNegativeIntSchema,
   PositiveIntSchema,
+  TerminalFinishReasonSchema,
+  TerminalStopReasonSchema,
   allDistinct,
   parseWire,
 } from "./wire-primitives.js";
-
-/** Why a cut's generation already finished: it stopped, or it reached its length limit. */
-export const TerminalFinishReasonSchema = z.enum(["stop", "length"]);
-
-/** A stop string or stop token ID; only with a terminal finish reason. */
-export const TerminalStopReasonSchema = z.union([z.string(), z.number().int()]).nullable();
 
 /**
  * A checkpointed prefix of the same call, which the worker continues instead of regenerating

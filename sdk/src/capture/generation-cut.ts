@@ -12,7 +12,7 @@ import { SAFE_ID_PATTERN } from "../identity/episode-id.js";
 import { hasOnlyKeys, isPlainRecord, shapeKeys } from "../util/plain-record.js";
 import { CaptureError } from "./capture-error.js";
 import { HEX_DIGEST_PATTERN } from "./digests.js";
-import { TerminalFinishReasonSchema, TerminalStopReasonSchema } from "./continuation.js";
+import { TerminalFinishReasonSchema, TerminalStopReasonSchema } from "./wire-primitives.js";
 import { compareCodePoints, pyFloat, pythonJson } from "./python-json.js";
 import {
   HexDigestSchema,

@@ -46,3 +46,9 @@ export function parseWire<S extends z.ZodType>(
     cause: result.error,
   });
 }
+
+/** Why a cut's generation already finished: it stopped, or it reached its length limit. */
+export const TerminalFinishReasonSchema = z.enum(["stop", "length"]);
+
+/** A stop string or stop token ID; only with a terminal finish reason. */
+export const TerminalStopReasonSchema = z.union([z.string(), z.number().int()]).nullable();
