@@ -204,8 +204,8 @@ export type {
   ResponsesCreateRequest,
   ToolAccess,
 } from "./wire/agent.js";
-export { ActivationCancelledError } from "./participants/agent/agent-session-participant.js";
-export type { BoundarySnapshot } from "./participants/agent/agent-session-participant.js";
+export { ActivationCancelledError } from "./participants/agent/session-phase.js";
+export type { BoundarySnapshot } from "./participants/agent/session-phase.js";
 export {
   LEGACY_SESSION_PREFIX,
   isLegacySessionKey,

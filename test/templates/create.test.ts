@@ -94,7 +94,7 @@ describe("without a terminal", () => {
   it("takes every choice from the flags, with defaults for the optional ones", async () => {
     const result = await run(["app", "--kind", "resources"]);
     expect(result.code, result.err).toBe(0);
-    expect(read("app", "src", "index.ts")).toMatch(/checkpointMode = "exported"/);
+    expect(read("app", "src", "index.ts")).toMatch(/extends SessionStateServer/); // exported mode
     expect(read("app", "src", "index.ts")).toMatch(/checkpointVerify = "wait"/);
     expect(result.out).toMatch(/checkpointMode exported, checkpointVerify wait/);
   });

@@ -263,7 +263,10 @@ export abstract class AgentServer<
       );
     }
     if (this.#hooksDeclared) {
-      this.#sessionParticipant = new AgentSessionParticipant({ hooks: this.#hooks() });
+      this.#sessionParticipant = new AgentSessionParticipant({
+        hooks: this.#hooks(),
+        sessions: this.#sessions,
+      });
       return this.#sessionParticipant;
     }
     this.#restartOnly = new RestartOnlyAgentParticipant({
@@ -371,14 +374,9 @@ export abstract class AgentServer<
       }
       const participant = this.#sessionParticipant;
       if (participant !== null) {
-        // The participant marks the session closing once admission is open (so an activation
-        // that arrives during a checkpoint is not refused); the table follows in that same turn.
-        await participant.closeSession(key, {
-          signal,
-          onClosing: () => {
-            entry.closing = true;
-          },
-        });
+        // The participant marks the session closing once admission is open, so an activation
+        // that arrives during a checkpoint is not refused.
+        await participant.closeSession(key, { signal });
         this.#sessions.requireCurrent(entry);
       } else {
         entry.closing = true;

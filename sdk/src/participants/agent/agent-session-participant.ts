@@ -35,72 +35,20 @@ import {
   type AgentSessionRecord,
 } from "./agent-records.js";
 import { compareStrings } from "../../util/compare-strings.js";
+import { AgentSessionEntry, AgentSessionTable } from "./agent-session-table.js";
+import {
+  ActivationCancelledError,
+  ActivationTask,
+  SessionPhase,
+  type AgentSessionState,
+  type BoundarySnapshot,
+} from "./session-phase.js";
 
-/** Where a session is. */
-export type AgentSessionState = "idle" | "running" | "at_boundary";
-
-/** A lazy boundary: called at most once, at export, while the session is parked. */
-export type BoundarySnapshot = () => JsonValue;
-
-/** Why a session's activation was cancelled. */
-export class ActivationCancelledError extends Error {
-  override name = "ActivationCancelledError";
-  constructor(
-    readonly sessionKey: string,
-    readonly why: "closing" | "retired",
-  ) {
-    super(
-      why === "closing"
-        ? `agent session ${sessionKey} is closing: its activation stops`
-        : `agent session ${sessionKey} was retired: its activation stops`,
-    );
-  }
-}
-
-class ActivationTask {
-  readonly controller = new AbortController();
-  /** Aborted by a close or a retire (once). */
-  cancelled = false;
-  done = false;
-  readonly ended = deferred<void>();
-  /** The handle's signal: the task's controller and the request's signal. */
-  readonly signal: AbortSignal;
-
-  constructor(parent: AbortSignal | undefined) {
-    this.signal =
-      parent === undefined
-        ? this.controller.signal
-        : AbortSignal.any([this.controller.signal, parent]);
-  }
-
-  cancel(reason: ActivationCancelledError): void {
-    if (this.cancelled || this.done) return;
-    this.cancelled = true;
-    this.controller.abort(reason);
-  }
-}
-
-class Session {
-  state: AgentSessionState = "idle";
-  parkRequested = false;
-  snapshot: BoundarySnapshot | null = null;
-  continuation: JsonValue | null = null;
-  activation: ActivationTask | null = null;
-  wake: Deferred<void> | null = null;
-  restoredPending = false;
-  retired = false;
-  closing = false;
-  /** Mirror of membership in the participant's blocking set. */
-  blocking = false;
-  readonly captureKey: string;
-
-  constructor(
-    readonly key: string,
-    readonly episode: EpisodeId,
-  ) {
-    this.captureKey = captureKey(episode);
-  }
-}
+export {
+  ActivationCancelledError,
+  type AgentSessionState,
+  type BoundarySnapshot,
+} from "./session-phase.js";
 
 class SeedEntry {
   count = 0;
@@ -193,6 +141,11 @@ interface DirectEntry {
 export interface AgentSessionParticipantOptions {
   /** The agent's session hooks. */
   readonly hooks: AgentSessionHooks;
+  /**
+   * The agent's session table, where each tracked session's phase lives beside its state.
+   * @default a table of the participant's own
+   */
+  readonly sessions?: AgentSessionTable<unknown>;
 }
 
 /**
@@ -219,9 +172,11 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   readonly steps = new EpisodeSteps({ onChange: () => this.notify() });
 
   readonly #hooks: AgentSessionHooks;
-  readonly #sessions = new Map<string, Session>();
-  readonly #sessionsByRollout = new Map<string, Set<Session>>();
-  readonly #blocking = new Set<Session>();
+  readonly #table: AgentSessionTable<unknown>;
+  /** The tracked sessions' phases (an index of the table, for walks). */
+  readonly #tracked = new Set<SessionPhase>();
+  readonly #sessionsByRollout = new Map<string, Set<SessionPhase>>();
+  readonly #blocking = new Set<SessionPhase>();
   readonly #seeds = new Map<string, SeedEntry>();
   readonly #seedsByRollout = new Map<string, Set<SeedEntry>>();
   #seedChanged = deferred<void>();
@@ -241,6 +196,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   constructor(options: AgentSessionParticipantOptions) {
     super();
     this.#hooks = options.hooks;
+    this.#table = options.sessions ?? new AgentSessionTable({ receiptWindowMs: () => 0 });
   }
 
   /** Whether agent admission is open (no checkpoint). */
@@ -250,22 +206,22 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
 
   /** Number of tracked sessions. */
   get size(): number {
-    return this.#sessions.size;
+    return this.#tracked.size;
   }
 
   /** The state of a tracked session, or null. */
   stateOf(key: string): AgentSessionState | null {
-    return this.#sessions.get(key)?.state ?? null;
+    return this.#phase(key)?.state ?? null;
   }
 
   /** The attempt owning a tracked session, or null. */
   episodeOf(key: string): EpisodeId | null {
-    return this.#sessions.get(key)?.episode ?? null;
+    return this.#phase(key)?.episode ?? null;
   }
 
   /** Whether a tracked session was restored and not yet claimed. */
   isRestoredPending(key: string): boolean {
-    return this.#sessions.get(key)?.restoredPending ?? false;
+    return this.#phase(key)?.restoredPending ?? false;
   }
 
   /** Resolves once agent admission is open (at once when it is). */
@@ -326,7 +282,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
    * attempt is `stale_attempt`. A new non-seed session is refused while admission is closed.
    */
   openSession(key: string, episode: EpisodeId, options: { readonly seed: boolean }): void {
-    const existing = this.#sessions.get(key);
+    const existing = this.#phase(key);
     if (existing !== undefined) {
       if (sameEpisode(existing.episode, episode)) return;
       throw new EpisodeError(
@@ -338,20 +294,36 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     if (!options.seed && !this.#accepting) {
       throw EpisodeError.admissionClosed(`a new agent session ${key}`);
     }
-    const s = new Session(key, episode);
+    const s = new SessionPhase(this.#entryFor(key, episode));
     s.parkRequested = !this.#accepting;
     this.#track(s);
     this.#changed();
   }
 
+  /** The table entry of `key` under `episode`, added (with no state) when the agent has none. */
+  #entryFor(key: string, episode: EpisodeId): AgentSessionEntry<unknown> {
+    let entry = this.#table.get(key);
+    if (entry === undefined) {
+      entry = new AgentSessionEntry<unknown>(key, episode, null, undefined);
+      this.#table.add(entry);
+    }
+    entry.episode = episode;
+    return entry;
+  }
+
+  /** The phase tracking `key`, or undefined. */
+  #phase(key: string): SessionPhase | undefined {
+    return this.#table.get(key)?.phase ?? undefined;
+  }
+
   /** Whether `key` is tracked. */
   has(key: string): boolean {
-    return this.#sessions.has(key);
+    return this.#phase(key) !== undefined;
   }
 
   /** Claims a restored session (its live episode uses it now), e.g. by a replayed reply. */
   claim(key: string): void {
-    const s = this.#sessions.get(key);
+    const s = this.#phase(key);
     if (s !== undefined) s.restoredPending = false;
   }
 
@@ -368,7 +340,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     options: { readonly signal?: AbortSignal } = {},
   ): AgentActivation {
     this.retired.check(episode);
-    const s = this.#sessions.get(key);
+    const s = this.#phase(key);
     if (s === undefined || s.closing) {
       throw new CheckpointError("checkpoint_error", `agent session ${key} is not open`);
     }
@@ -416,18 +388,19 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
    */
   async closeSession(
     key: string,
-    options: { readonly signal?: AbortSignal; readonly onClosing?: () => void } = {},
+    options: { readonly signal?: AbortSignal } = {},
   ): Promise<boolean> {
     const { signal } = options;
     // Checked in the same synchronous run as the mark: a commit whose readiness check passed
     // therefore exports an open session, never a closing one.
     while (this.#opened !== null) await untilSettledOrAborted(this.#opened.promise, [signal]);
-    const s = this.#sessions.get(key);
-    options.onClosing?.();
+    const entry = this.#table.get(key);
+    const s = entry?.phase ?? undefined;
+    const wasClosing = entry?.closing ?? false;
+    if (entry !== undefined) entry.closing = true;
     if (s === undefined) return false;
     if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
-    if (!s.closing) {
-      s.closing = true;
+    if (!wasClosing) {
       this.#refresh(s);
       this.#changed();
     }
@@ -446,7 +419,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
 
   /** Drops a tracked session outright (its state was freed elsewhere); idempotent. */
   dropSession(key: string): void {
-    const s = this.#sessions.get(key);
+    const s = this.#phase(key);
     if (s === undefined || s.activation !== null) return;
     this.#untrack(s);
     this.#changed();
@@ -470,9 +443,14 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     const ck = captureKey(episode);
     // Refused before the session is touched: the live run keeps its session.
     if (this.steps.has(ck)) throw new EpisodeAlreadyRunningError(ck);
-    const existed = this.#sessions.get(key);
+    const existed = this.#table.get(key);
+    const tracked = existed?.phase ?? undefined;
     this.openSession(key, episode, { seed: false });
-    const s = this.#sessions.get(key) as Session;
+    const entry = this.#table.get(key);
+    const s = entry?.phase;
+    if (entry === undefined || s === undefined || s === null) {
+      throw new Error(`agent session ${key} is not tracked after it was opened`);
+    }
     const continuation = this.#legacyRestored.get(key) ?? null;
     let signal: AbortSignal;
     try {
@@ -482,7 +460,8 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         ...(options.signal === undefined ? {} : { signal: options.signal }),
       });
     } catch (error) {
-      if (existed === undefined) this.dropSession(key);
+      if (tracked === undefined) this.dropSession(key);
+      if (existed === undefined) this.#table.remove(entry);
       throw error;
     }
     this.#legacyRestored.delete(key);
@@ -502,7 +481,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         await steps.markRestart(ck, markSignal);
         if (!this.#legacyLive.has(ck)) return;
         this.#legacyRestarts.add(ck);
-        const session = this.#sessions.get(key);
+        const session = this.#phase(key);
         if (session !== undefined) this.#refresh(session);
         this.#changed();
       },
@@ -512,7 +491,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         this.#legacyLive.delete(ck);
         this.#legacyRestarts.delete(ck);
         steps.end(ck);
-        if (this.#sessions.get(key) === s && s.activation === null && !s.retired) {
+        if (s.tracked && s.activation === null && !s.retired) {
           this.#untrack(s);
         }
         this.#changed();
@@ -559,7 +538,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       this.#carried = new Set(request.restarts);
     }
     this.steps.closeAdmission();
-    for (const s of this.#sessions.values()) {
+    for (const s of this.#tracked) {
       s.parkRequested = true;
       this.#refresh(s);
     }
@@ -570,7 +549,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     this.#accepting = true;
     this.#carried = new Set();
     this.steps.openAdmission();
-    for (const s of this.#sessions.values()) {
+    for (const s of this.#tracked) {
       s.parkRequested = false;
       this.#refresh(s);
       s.wake?.resolve();
@@ -592,14 +571,14 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     for (const seed of this.#seeds.values()) blockers.add(seed.captureKey);
     const sorted = [...blockers].sort(compareStrings);
     let atBoundary = 0;
-    for (const s of this.#sessions.values()) if (s.state === "at_boundary") atBoundary += 1;
+    for (const s of this.#tracked) if (s.state === "at_boundary") atBoundary += 1;
     const restarts = new Set<string>(this.#legacyRestarts);
     for (const key of this.#direct.keys()) restarts.add(key);
     return prepareReport({
       ready: sorted.length === 0,
       blockers: sorted.slice(0, MAX_LISTED_BLOCKERS),
       blockerCount: sorted.length,
-      counts: { sessions: this.#sessions.size, at_boundary: atBoundary },
+      counts: { sessions: this.#tracked.size, at_boundary: atBoundary },
       restarts: [...restarts].sort(compareStrings),
     });
   }
@@ -613,7 +592,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     signal: AbortSignal,
   ): Promise<AgentSessionRecord[]> {
     const inScope = scope === null ? null : new Set(scope.map(captureKey));
-    const chosen = [...this.#sessions.values()]
+    const chosen = [...this.#tracked]
       .filter(
         (s) =>
           !s.retired &&
@@ -660,7 +639,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     _scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void> {
-    if (this.#sessions.size > 0 || this.#seeds.size > 0 || this.#legacyLive.size > 0) {
+    if (this.#tracked.size > 0 || this.#seeds.size > 0 || this.#legacyLive.size > 0) {
       throw new CheckpointError(
         "checkpoint_error",
         "agent restore requires a process with no live sessions or seeds; restore into a fresh process",
@@ -675,7 +654,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     if (sessions.length > 0) await this.#hooks.restoreAgentSessions({ sessions, signal });
     records.forEach((r, i) => {
       const { sessionKey, episodeId } = sessions[i] as (typeof sessions)[number];
-      const s = new Session(sessionKey, episodeId);
+      const s = new SessionPhase(this.#entryFor(sessionKey, episodeId));
       s.continuation = r.boundary;
       s.restoredPending = true;
       s.parkRequested = !this.#accepting;
@@ -686,7 +665,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   }
 
   override restoredPending(): EpisodeId[] {
-    return [...this.#sessions.values()]
+    return [...this.#tracked]
       .filter((s) => s.restoredPending)
       .map((s) => s.episode)
       .sort((a, b) => compareStrings(captureKey(a), captureKey(b)));
@@ -735,25 +714,29 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     // 4. The agent frees each session's state; 5. only then is the session forgotten.
     for (const s of sessions) {
       await this.#hooks.retireAgentSession({ sessionKey: s.key, signal });
-      if (this.#sessions.get(s.key) === s) this.#untrack(s);
+      if (s.tracked) this.#untrack(s);
       this.#legacyRestored.delete(s.key);
     }
     // The rollout's own legacy key only: no scan of every restored legacy session.
     const legacyKey = legacySessionKey(episode.rollout_id);
-    if (!this.#sessions.has(legacyKey)) this.#legacyRestored.delete(legacyKey);
+    if (this.#phase(legacyKey) === undefined) this.#legacyRestored.delete(legacyKey);
     this.#changed();
   }
 
   // ---- Internals -------------------------------------------------------------------------
 
-  async #boundary(s: Session, task: ActivationTask, snapshot: BoundarySnapshot): Promise<void> {
+  async #boundary(
+    s: SessionPhase,
+    task: ActivationTask,
+    snapshot: BoundarySnapshot,
+  ): Promise<void> {
     this.#requireLive(s, task);
     s.snapshot = snapshot;
     if (s.parkRequested) await this.#park(s, task);
   }
 
   async #modelCall<T>(
-    s: Session,
+    s: SessionPhase,
     task: ActivationTask,
     call: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
@@ -786,7 +769,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     return result;
   }
 
-  async #park(s: Session, task: ActivationTask): Promise<void> {
+  async #park(s: SessionPhase, task: ActivationTask): Promise<void> {
     s.state = "at_boundary";
     this.#refresh(s);
     this.#changed();
@@ -805,50 +788,51 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     this.#changed();
   }
 
-  #requireLive(s: Session, task: ActivationTask): void {
-    if (this.#sessions.get(s.key) !== s || s.retired || s.activation !== task) {
+  #requireLive(s: SessionPhase, task: ActivationTask): void {
+    if (!s.tracked || s.retired || s.activation !== task) {
       throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
     }
     task.signal.throwIfAborted();
   }
 
-  #endActivation(s: Session, task: ActivationTask): void {
+  #endActivation(s: SessionPhase, task: ActivationTask): void {
     if (task.done) return;
     task.done = true;
     if (s.activation === task) {
       s.activation = null;
       s.snapshot = null;
       s.state = "idle";
-      if (this.#sessions.get(s.key) === s && s.closing && !s.retired) this.#untrack(s);
+      if (s.tracked && s.closing && !s.retired) this.#untrack(s);
       else this.#refresh(s);
     }
     task.ended.resolve();
     this.#changed();
   }
 
-  #isRestart(s: Session): boolean {
+  #isRestart(s: SessionPhase): boolean {
     return this.#legacyRestarts.has(s.captureKey) || this.#carried.has(s.captureKey);
   }
 
-  #refresh(s: Session): void {
+  #refresh(s: SessionPhase): void {
     const blocking =
-      this.#sessions.get(s.key) === s &&
-      (s.retired || s.closing || (s.state === "running" && !this.#isRestart(s)));
+      s.tracked && (s.retired || s.closing || (s.state === "running" && !this.#isRestart(s)));
     if (blocking === s.blocking) return;
     s.blocking = blocking;
     if (blocking) this.#blocking.add(s);
     else this.#blocking.delete(s);
   }
 
-  #track(s: Session): void {
-    this.#sessions.set(s.key, s);
+  #track(s: SessionPhase): void {
+    s.owner.phase = s;
+    this.#tracked.add(s);
     indexAdd(this.#sessionsByRollout, s.episode.rollout_id, s);
     this.#refresh(s);
   }
 
-  #untrack(s: Session): void {
-    if (this.#sessions.get(s.key) !== s) return;
-    this.#sessions.delete(s.key);
+  #untrack(s: SessionPhase): void {
+    if (!s.tracked) return;
+    s.owner.phase = null;
+    this.#tracked.delete(s);
     indexDelete(this.#sessionsByRollout, s.episode.rollout_id, s);
     if (s.blocking) {
       s.blocking = false;

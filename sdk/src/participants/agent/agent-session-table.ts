@@ -26,6 +26,7 @@ import {
   type RestoredAgentSession,
 } from "./agent-records.js";
 import { parseBookkeeping, withoutBookkeeping, type Bookkeeping } from "./agent-bookkeeping.js";
+import type { SessionPhase } from "./session-phase.js";
 
 /** The reply of a completed activation, kept to answer a repeated request for it. */
 export interface StoredActivationReply {
@@ -48,6 +49,8 @@ export class AgentSessionEntry<State> {
   /** The activation running now, whose reply a repeat of it joins. */
   running: { readonly index: number; readonly reply: Deferred<StoredActivationReply> } | null =
     null;
+  /** The session's checkpoint phase while the session participant tracks it. */
+  phase: SessionPhase | null = null;
 
   constructor(
     readonly key: string,
