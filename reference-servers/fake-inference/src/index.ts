@@ -188,7 +188,7 @@ export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
         tag: "test-control",
         handler: ({ body }) => {
           this.holds.place(body);
-          return { ok: true };
+          return { ok: true } as const;
         },
       }),
       dataRoute({
@@ -208,7 +208,7 @@ export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
         tag: "test-control",
         handler: ({ body }) => {
           this.script.set(body);
-          return { ok: true };
+          return { ok: true } as const;
         },
       }),
       dataRoute({

@@ -40,8 +40,14 @@ export interface RouteInput<Body> {
  *   handler: ({ body }) => ({ message: body.message }),
  * });
  */
-export interface DataRoute<Schema extends z.ZodType | null = z.ZodType | null> extends RouteDoc {
+
+export interface DataRoute<
+  Schema extends z.ZodType | null = z.ZodType | null,
+  Reply = unknown,
+> extends RouteDoc {
   readonly request?: Schema;
+  /** The schema of a 200 reply: documents it and types what the handler returns. */
+  readonly reply?: z.ZodType<Reply>;
   /**
    * Middleware run before the body is read, e.g. a bearer check: a refused caller learns
    * nothing about the body's shape and costs no body parse. @default none
@@ -54,14 +60,19 @@ export interface DataRoute<Schema extends z.ZodType | null = z.ZodType | null> e
    * not throw: anything it cannot judge is the schema's.
    */
   readonly parse?: (body: unknown) => (Schema extends z.ZodType ? z.infer<Schema> : never) | null;
+  /**
+   * Answers the request. With a `reply` schema its return is typed by it (undefined: the
+   * handler wrote `res` itself); a field the schema declares as a literal (`z.literal(true)`)
+   * needs `as const` on the returned object.
+   */
   readonly handler: (
     input: RouteInput<Schema extends z.ZodType ? z.infer<Schema> : undefined>,
-  ) => unknown;
+  ) => NoInfer<Reply | undefined | Promise<Reply | undefined>>;
 }
 
-/** Declares a data route with its body type inferred from its schema. */
-export function dataRoute<Schema extends z.ZodType | null = null>(
-  route: DataRoute<Schema>,
-): DataRoute<Schema> {
+/** Declares a data route with its body type inferred from its schema and its reply typed by its reply schema. */
+export function dataRoute<Schema extends z.ZodType | null = null, Reply = unknown>(
+  route: DataRoute<Schema, Reply>,
+): DataRoute<Schema, Reply> {
   return route;
 }
