@@ -309,41 +309,25 @@ export abstract class AgentServer<
       ticket = await participant.enterSeed(key, episode, signal);
     }
     try {
-      await this.#sessions.withLock(key, async () => {
-        if (this.#sessions.receipt(key) !== null) {
-          throw new DetailError(409, "Agent session is already closed");
-        }
-        const existing = this.#sessions.get(key);
-        if (existing?.closing === true) throw new DetailError(409, "Agent session is closing");
-        if (existing !== undefined) {
-          if (JSON.stringify(existing.request) !== JSON.stringify(body)) {
-            throw new DetailError(409, "agent_session_id is already bound to another seed request");
+      await this.#sessions.seed({
+        key,
+        episode,
+        request: body,
+        hadCookie: cookieId !== null,
+        build: async () => {
+          try {
+            return { state: await this.createSessionState({ request: body, signal }) };
+          } catch (error) {
+            if (!(error instanceof PartialSessionSetupError)) throw error;
+            // Kept, marked closing, so only a close can use (and free) it.
+            return { state: error.state as State, failure: error.cause };
           }
-          ticket?.register();
-          return;
-        }
-        if (cookieId !== null) throw new DetailError(409, "Agent session cookie has expired");
-        const entry = new AgentSessionEntry<State>(key, episode, body, undefined);
-        try {
-          entry.state = await this.createSessionState({ request: body, signal });
-        } catch (error) {
-          if (!(error instanceof PartialSessionSetupError)) throw error;
-          // Kept, marked closing, so only a close can use (and free) it.
-          entry.state = error.state as State;
-          entry.closing = true;
-          this.#sessions.add(entry);
-          throw error.cause;
-        }
-        this.#sessions.add(entry);
-        try {
-          ticket?.register();
-        } catch (error) {
-          // Retired while building: free what was built before the waiting retire replies.
-          if (participant !== null && !participant.has(key)) {
-            await this.#retireSession(key, signal);
-          }
-          throw error;
-        }
+        },
+        register: () => ticket?.register(),
+        // Retired while building: free what was built before the waiting retire replies.
+        retiredWhileBuilding: async () => {
+          if (participant !== null && !participant.has(key)) await this.#retireSession(key, signal);
+        },
       });
     } finally {
       ticket?.leave();
@@ -356,40 +340,20 @@ export abstract class AgentServer<
     const { body, req, res, signal } = input;
     const key = body.agent_session_id;
     const cookieId = this.#cookieMatching(req, key);
-    const episode = parseEpisodeId(body.episode_id);
-    const reply = await this.#sessions.withLock(key, async () => {
-      const receipt = this.#sessions.receipt(key);
-      const entry = this.#sessions.get(key);
-      if (entry !== undefined && !sameEpisode(entry.episode, episode)) {
-        throw new DetailError(409, "episode_id does not match the seeded agent session");
-      }
-      if (receipt !== null) return receipt;
-      if (entry === undefined) {
-        if (cookieId !== null) throw new DetailError(409, "Agent close receipt has expired");
-        return this.#sessions.storeReceipt(key, {
-          agent_session_id: key,
-          agent_observations: null,
-          resources_cookies: null,
-        });
-      }
-      const participant = this.#sessionParticipant;
-      if (participant !== null) {
-        // The participant marks the session closing once admission is open, so an activation
-        // that arrives during a checkpoint is not refused.
-        await participant.closeSession(key, { signal });
-        this.#sessions.requireCurrent(entry);
-      } else {
-        entry.closing = true;
-      }
-      const result = await this.closeSessionState({ sessionKey: key, state: entry.state, signal });
-      this.#sessions.requireCurrent(entry);
-      this.#sessions.delete(key);
-      this.#restartOnly?.sessionClosed(key);
-      return this.#sessions.storeReceipt(key, {
-        agent_session_id: key,
-        agent_observations: result.agent_observations,
-        resources_cookies: result.resources_cookies,
-      });
+    const participant = this.#sessionParticipant;
+    const reply = await this.#sessions.close({
+      key,
+      episode: parseEpisodeId(body.episode_id),
+      hadCookie: cookieId !== null,
+      // The participant marks the session closing once admission is open, so an activation
+      // that arrives during a checkpoint is not refused.
+      markClosing: async (entry) => {
+        if (participant !== null) await participant.closeSession(key, { signal });
+        else entry.closing = true;
+      },
+      closeState: (entry) =>
+        this.closeSessionState({ sessionKey: key, state: entry.state, signal }),
+      closed: () => this.#restartOnly?.sessionClosed(key),
     });
     // Re-set the marker: a stale activation with this cookie is refused, not taken session-less.
     this.#cookie.set(res, key);

@@ -7,8 +7,8 @@
  *
  * @module
  */
-import { CheckpointError, EpisodeError } from "../../errors.js";
-import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
+import { CheckpointError, DetailError, EpisodeError } from "../../errors.js";
+import { captureKey, sameEpisode, type EpisodeId } from "../../identity/episode-id.js";
 import type { CookieJar } from "../../util/cookies.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { KeyedMutex } from "../../util/keyed-mutex.js";
@@ -86,6 +86,39 @@ interface Receipt {
   readonly expiresAt: number;
 }
 
+/** How {@link AgentSessionTable.seed} builds and registers a session. */
+export interface SessionSeed<State> {
+  readonly key: string;
+  readonly episode: EpisodeId;
+  readonly request: AgentSeedRequest;
+  /** Whether the request carried the agent's session cookie (naming this key). */
+  readonly hadCookie: boolean;
+  /** Builds the state; `failure` keeps a partial state, marked closing, and fails the seed. */
+  build(): Promise<
+    { readonly state: State | undefined } | { readonly state: State; readonly failure: unknown }
+  >;
+  /** Registers the session with the participant; throws when it was retired meanwhile. */
+  register(): void;
+  /** Frees what was built when the register refused it. */
+  retiredWhileBuilding(): Promise<void>;
+}
+
+/** How {@link AgentSessionTable.close} closes a session. */
+export interface SessionClose<State> {
+  readonly key: string;
+  readonly episode: EpisodeId;
+  /** Whether the request carried the agent's session cookie (naming this key). */
+  readonly hadCookie: boolean;
+  /** Marks the session closing (through the participant when one tracks it). */
+  markClosing(entry: AgentSessionEntry<State>): Promise<void>;
+  /** The agent's close hook. */
+  closeState(
+    entry: AgentSessionEntry<State>,
+  ): Promise<Omit<AgentCloseReply, "agent_session_id">> | Omit<AgentCloseReply, "agent_session_id">;
+  /** Called once the session is gone, before its receipt is kept. */
+  closed(): void;
+}
+
 /** Options of an {@link AgentSessionTable}. */
 export interface AgentSessionTableOptions {
   /** How long a close receipt answers a retried close, in ms (read at each close). */
@@ -140,6 +173,78 @@ export class AgentSessionTable<State> {
   /** Runs `fn` holding the lock of `key`: seeds and closes of one session run one at a time. */
   withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
     return this.#locks.run([key], fn);
+  }
+
+  // ---- Seed and close ------------------------------------------------------------------------
+
+  /**
+   * Seeds a session under its lock: a seed repeating the one that built the session is a
+   * no-op; a closed, closing or differently seeded key is refused with 409.
+   */
+  async seed(seed: SessionSeed<State>): Promise<void> {
+    const { key } = seed;
+    await this.withLock(key, async () => {
+      if (this.receipt(key) !== null) throw new DetailError(409, "Agent session is already closed");
+      const existing = this.#entries.get(key);
+      if (existing?.closing === true) throw new DetailError(409, "Agent session is closing");
+      if (existing !== undefined) {
+        if (JSON.stringify(existing.request) !== JSON.stringify(seed.request)) {
+          throw new DetailError(409, "agent_session_id is already bound to another seed request");
+        }
+        seed.register();
+        return;
+      }
+      if (seed.hadCookie) throw new DetailError(409, "Agent session cookie has expired");
+      const entry = new AgentSessionEntry<State>(key, seed.episode, seed.request, undefined);
+      const built = await seed.build();
+      entry.state = built.state;
+      if ("failure" in built) {
+        entry.closing = true; // only a close can use (and free) a partial state
+        this.add(entry);
+        throw built.failure;
+      }
+      this.add(entry);
+      try {
+        seed.register();
+      } catch (error) {
+        await seed.retiredWhileBuilding();
+        throw error;
+      }
+    });
+  }
+
+  /**
+   * Closes a session under its lock and keeps its receipt: a retried close gets the same
+   * reply within the window; a close of an unknown session without a cookie is answered with
+   * an empty receipt.
+   * @throws EpisodeError `stale_attempt` when a retire took the session while it closed
+   */
+  async close(close: SessionClose<State>): Promise<AgentCloseReply> {
+    const { key } = close;
+    return await this.withLock(key, async () => {
+      const receipt = this.receipt(key);
+      const entry = this.#entries.get(key);
+      if (entry !== undefined && !sameEpisode(entry.episode, close.episode)) {
+        throw new DetailError(409, "episode_id does not match the seeded agent session");
+      }
+      if (receipt !== null) return receipt;
+      if (entry === undefined) {
+        if (close.hadCookie) throw new DetailError(409, "Agent close receipt has expired");
+        const empty = { agent_session_id: key, agent_observations: null, resources_cookies: null };
+        return this.storeReceipt(key, empty);
+      }
+      await close.markClosing(entry);
+      this.requireCurrent(entry);
+      const result = await close.closeState(entry);
+      this.requireCurrent(entry);
+      this.#entries.delete(key);
+      close.closed();
+      return this.storeReceipt(key, {
+        agent_session_id: key,
+        agent_observations: result.agent_observations,
+        resources_cookies: result.resources_cookies,
+      });
+    });
   }
 
   // ---- Close receipts ----------------------------------------------------------------------
