@@ -25,6 +25,7 @@ import {
   type AgentSeedRequest,
   type AgentSessionView,
   type CookieJar,
+  type ExportAgentSessionsInput,
   type JsonValue,
   type LegacyRunInput,
   type RespondInput,
@@ -103,11 +104,11 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
     };
   }
 
-  protected override exportAgentSessions(input: {
-    readonly sessionKeys: readonly string[];
-  }): Promise<Record<string, Record<string, JsonValue>>> {
+  protected override exportAgentSessions(
+    input: ExportAgentSessionsInput,
+  ): Promise<Record<string, Record<string, unknown>>> {
     // Entries, not assignments: a session ID such as `__proto__` stays an own key.
-    const out: [string, Record<string, JsonValue>][] = [];
+    const out: [string, Record<string, unknown>][] = [];
     for (const key of input.sessionKeys) {
       const view = this.sessionView(key);
       if (view === undefined || view.request === null || view.state === undefined) {
@@ -116,10 +117,10 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
       out.push([
         key,
         {
-          request: view.request as unknown as JsonValue,
+          request: view.request,
           // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
           resources_cookies: view.state.resourcesCookies,
-          observations: view.state.observations as unknown as JsonValue,
+          observations: view.state.observations,
         },
       ]);
     }

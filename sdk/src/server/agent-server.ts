@@ -47,7 +47,6 @@ import {
   type AgentSeedRequest,
   type ResponsesCreateRequest,
 } from "../wire/agent.js";
-import type { JsonValue } from "../wire/json-value.js";
 import {
   legacySteps,
   passThroughSteps,
@@ -186,12 +185,14 @@ export abstract class AgentServer<
   }
 
   /**
-   * Session hook: describes every named session (never a `run:` key) as a JSON object, as of
-   * the checkpoint. Read the state with {@link sessionView}.
+   * Session hook: describes every named session (never a `run:` key) as an object of JSON
+   * values, as of the checkpoint. Read the state with {@link sessionView}. The values are
+   * checked as the commit writes them: one that is not JSON fails the commit with 422 naming
+   * the episode and the path.
    */
   protected exportAgentSessions(
     _input: ExportAgentSessionsInput,
-  ): Promise<Readonly<Record<string, Record<string, JsonValue>>>> {
+  ): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>> {
     return Promise.resolve({});
   }
 

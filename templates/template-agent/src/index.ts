@@ -14,7 +14,6 @@ import {
   serveMain,
   type AgentCloseResult,
   type AgentSeedRequest,
-  type JsonValue,
   type RespondInput,
   type RespondResult,
   type RestoredAgentSession,
@@ -98,12 +97,12 @@ export default class PlannerAgent extends AgentServer<Conversation, Config> {
   }: {
     sessionKeys: readonly string[];
   }) {
-    const sessions: Record<string, Record<string, JsonValue>> = {};
+    const sessions: Record<string, Record<string, unknown>> = {};
     for (const key of sessionKeys) {
       const view = this.sessionView(key);
       if (view?.request == null || view.state === undefined) continue; // dropped meanwhile
       sessions[key] = {
-        request: view.request as unknown as JsonValue,
+        request: view.request,
         turns: [...view.state.turns],
       };
     }

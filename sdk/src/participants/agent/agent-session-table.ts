@@ -352,13 +352,17 @@ export class AgentSessionTable<State> {
   // ---- Checkpoints -------------------------------------------------------------------------
 
   /** The session object of `key` as stored: the agent's own fields and the bookkeeping. */
-  exported(key: string, own: Record<string, JsonValue>): Record<string, JsonValue> {
+  exported(key: string, own: Readonly<Record<string, unknown>>): JsonValue {
     const entry = this.#entries.get(key);
-    return withFields(own, {
+    const session = withFields(own, {
       activations: entry?.activations ?? 0,
       completed_activation: entry?.completedActivation ?? 0,
-      completed_reply: (entry?.completedReply ?? null) as JsonValue,
+      completed_reply: entry?.completedReply ?? null,
     });
+    // The one place an author's session becomes a record's JSON: the records writer checks
+    // every record as it encodes it, and a value that is not JSON fails the commit with 422
+    // naming the episode and the path (docs/storage.md).
+    return session as JsonValue;
   }
 
   /**
@@ -410,7 +414,7 @@ export interface AuthorSessionHooks {
   exportAgentSessions(input: {
     readonly sessionKeys: readonly string[];
     readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, Record<string, JsonValue>>>>;
+  }): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>>;
   restoreAgentSessions(input: {
     readonly sessions: readonly RestoredAgentSession[];
     readonly signal: AbortSignal;
