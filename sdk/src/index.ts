@@ -108,18 +108,14 @@ export {
 } from "./steps/episode-errors.js";
 
 // ---- Resources servers --------------------------------------------------------------------
+export { ResourcesServer, resourcesSession } from "./server/resources-server.js";
+export type { SessionRouteInput, VerifyResult } from "./server/resources-server.js";
 export {
-  ResourcesServer,
-  ResourcesSeedSessionRequestSchema,
   ResourcesCloseSessionRequestSchema,
+  ResourcesSeedSessionRequestSchema,
   VerifyRequestSchema,
-  resourcesSession,
-} from "./server/resources-server.js";
-export type {
-  ResourcesSeedSessionRequest,
-  SessionRouteInput,
-  VerifyResult,
-} from "./server/resources-server.js";
+} from "./wire/resources.js";
+export type { ResourcesSeedSessionRequest } from "./wire/resources.js";
 export type { ResourcesSession } from "./server/resources/session-cookie.js";
 export { SessionStateServer } from "./server/resources/session-state-server.js";
 export type { StateToolInput } from "./server/resources/session-state-server.js";
@@ -143,21 +139,16 @@ export {
 export type { CheckpointMode, CheckpointVerify } from "./participants/resources/declarations.js";
 
 // ---- Environment servers (@experimental) ------------------------------------------------
-export {
-  EnvironmentConfigSchema,
-  EnvironmentServer,
-  RunRequestSchema,
-  TaskIdSchema,
-} from "./server/environment-server.js";
+export { EnvironmentConfigSchema, EnvironmentServer } from "./server/environment-server.js";
 export type {
   EnvironmentConfig,
   EpisodeFailure,
   EpisodeOutcome,
   RunEpisodeInput,
   RunReply,
-  RunRequest,
-  TaskId,
 } from "./server/environment-server.js";
+export { RunRequestSchema, TaskIdSchema } from "./wire/environment.js";
+export type { RunRequest, TaskId } from "./wire/environment.js";
 export type { EpisodeHandle } from "./participants/environment/environment-participant.js";
 export { isRestartReply, verifyModeOf } from "./participants/environment/checkpoint-headers.js";
 export type { ReplyHeaders } from "./participants/environment/checkpoint-headers.js";

@@ -8,7 +8,6 @@
 import { z } from "zod";
 import { CheckpointError, ConfigError, EpisodeError, InvalidRequestError } from "../errors.js";
 import {
-  EpisodeIdSchema,
   captureKey,
   episodeIdToWire,
   sameEpisode,
@@ -26,32 +25,9 @@ import { deferred } from "../util/deferred.js";
 import { fireAt } from "../util/deadline.js";
 import { Semaphore } from "../util/semaphore.js";
 import type { JsonValue } from "../wire/json-value.js";
+import { RunRequestSchema, type RunRequest, type TaskId } from "../wire/environment.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";
-
-/** A task's identity: its task set and its ID within it. */
-export const TaskIdSchema = z
-  .strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) })
-  .meta({ id: "TaskId" });
-/** A task's identity. */
-export type TaskId = z.infer<typeof TaskIdSchema>;
-
-/**
- * The `/run` request: the episode (as `episode_id`, or the collector's `_ng_*` row fields) and
- * the task.
- */
-export const RunRequestSchema = z
-  .strictObject({
-    episode_id: EpisodeIdSchema.optional(),
-    task: z.strictObject({ task_id: TaskIdSchema, task_input: z.unknown() }),
-    _ng_rollout_id: z.unknown().optional(),
-    _ng_task_index: z.unknown().optional(),
-    _ng_rollout_index: z.unknown().optional(),
-    _ng_attempt_index: z.unknown().optional(),
-  })
-  .meta({ id: "RunRequest" });
-/** A `/run` request. */
-export type RunRequest = z.infer<typeof RunRequestSchema>;
 
 /** The longest timeout a setting takes (a Node timer's range, about 24.8 days), in seconds. */
 const MAX_TIMEOUT_S = 2_147_483;

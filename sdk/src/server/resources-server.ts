@@ -1,7 +1,6 @@
 import type { Express } from "express";
 import { z } from "zod";
 import { ConfigError, type ErrorCode } from "../errors.js";
-import { EpisodeIdSchema } from "../identity/episode-id.js";
 import {
   CHECKPOINT_MODES,
   CHECKPOINT_VERIFY_MODES,
@@ -17,6 +16,11 @@ import {
   type SessionHooks,
 } from "../participants/resources/resources-participant.js";
 import type { JsonValue } from "../wire/json-value.js";
+import {
+  ResourcesCloseSessionRequestSchema,
+  ResourcesSeedSessionRequestSchema,
+  VerifyRequestSchema,
+} from "../wire/resources.js";
 import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
 import {
   AggregateMetricsRequestSchema,
@@ -29,29 +33,6 @@ import { Server, type ServerOptions } from "./server.js";
 
 /** The path of the base aggregation route. */
 const AGGREGATE_METRICS_PATH = "/aggregate_metrics";
-
-/** The native `/seed_session` body. */
-export const ResourcesSeedSessionRequestSchema = z
-  .strictObject({
-    resources_session_id: z.string().min(1),
-    episode_id: EpisodeIdSchema,
-    task_id: z.strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) }),
-    task_data: z.record(z.string(), z.unknown()),
-  })
-  .meta({ id: "ResourcesSeedSessionRequest" });
-/** The native `/seed_session` body. */
-export type ResourcesSeedSessionRequest = z.infer<typeof ResourcesSeedSessionRequestSchema>;
-
-/** The `/close_session` body (servers may widen it). */
-export const ResourcesCloseSessionRequestSchema = z
-  .looseObject({
-    resources_session_id: z.string().optional(),
-    episode_id: EpisodeIdSchema.optional(),
-  })
-  .meta({ id: "ResourcesCloseSessionRequest" });
-
-/** The base `/verify` body: any JSON object; servers narrow it with {@link ResourcesServer.verifyRequestSchema}. */
-export const VerifyRequestSchema = z.looseObject({}).meta({ id: "VerifyRequest" });
 
 /** What a `/verify` implementation returns; the reply adds the request's fields and defaults. */
 export interface VerifyResult {

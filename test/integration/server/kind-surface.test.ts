@@ -13,10 +13,10 @@ import type { RespondResult } from "#sdk/server/agent/agent-hooks.js";
 import { dataRoute } from "#sdk/server/data-route.js";
 import {
   EnvironmentServer,
-  RunRequestSchema,
   type EpisodeOutcome,
   type RunEpisodeInput,
 } from "#sdk/server/environment-server.js";
+import { RunRequestSchema } from "#sdk/wire/environment.js";
 import type { SessionRouteInput } from "#sdk/server/resources-server.js";
 import { SessionStateServer } from "#sdk/server/resources/session-state-server.js";
 import type { Server } from "#sdk/server/server.js";

@@ -1,0 +1,31 @@
+/**
+ * The environment server's wire shapes: the `/run` request and the task it names.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { EpisodeIdSchema } from "../identity/episode-id.js";
+
+/** A task's identity: its task set and its ID within it. */
+export const TaskIdSchema = z
+  .strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) })
+  .meta({ id: "TaskId" });
+/** A task's identity. */
+export type TaskId = z.infer<typeof TaskIdSchema>;
+
+/**
+ * The `/run` request: the episode (as `episode_id`, or the collector's `_ng_*` row fields) and
+ * the task.
+ */
+export const RunRequestSchema = z
+  .strictObject({
+    episode_id: EpisodeIdSchema.optional(),
+    task: z.strictObject({ task_id: TaskIdSchema, task_input: z.unknown() }),
+    _ng_rollout_id: z.unknown().optional(),
+    _ng_task_index: z.unknown().optional(),
+    _ng_rollout_index: z.unknown().optional(),
+    _ng_attempt_index: z.unknown().optional(),
+  })
+  .meta({ id: "RunRequest" });
+/** A `/run` request. */
+export type RunRequest = z.infer<typeof RunRequestSchema>;
