@@ -7,6 +7,7 @@ import tseslint from "typescript-eslint";
  */
 const LAYERS = [
   "util",
+  "json",
   "errors",
   "identity",
   "wire",

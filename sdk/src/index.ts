@@ -56,8 +56,8 @@ export {
   assertJsonValue,
   decodeJson,
   encodeJson,
-} from "./wire/json-value.js";
-export type { JsonValue } from "./wire/json-value.js";
+} from "./json/json-value.js";
+export type { JsonValue } from "./json/json-value.js";
 
 // Servers and data routes
 export { Server, resolveCheckpointSettings } from "./server/server.js";
@@ -109,7 +109,13 @@ export {
 
 // ---- Resources servers --------------------------------------------------------------------
 export { ResourcesServer, resourcesSession } from "./server/resources-server.js";
-export type { SessionRouteInput, VerifyResult } from "./server/resources-server.js";
+export type {
+  ExportSessionStatesInput,
+  RestoreSessionStatesInput,
+  RetireSessionStateInput,
+  SessionRouteInput,
+  VerifyResult,
+} from "./server/resources-server.js";
 export {
   ResourcesCloseSessionRequestSchema,
   ResourcesSeedSessionRequestSchema,
@@ -210,7 +216,7 @@ export {
   PolicyModelConfigSchema,
   PolicyModelServer,
 } from "./server/policy-model-server.js";
-export type { PolicyModelConfig } from "./server/policy-model-server.js";
+export type { GenerateInput, PolicyModelConfig } from "./server/policy-model-server.js";
 export {
   chatRequestOf,
   inputItems,

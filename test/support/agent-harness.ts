@@ -34,7 +34,7 @@ import {
 import type { ServerOptions } from "#sdk/server/server.js";
 import { untilSettledOrAborted } from "#sdk/util/abortable.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { CONTROL, controlRoutes } from "./control-routes.js";
 export { CONTROL } from "./control-routes.js";
 import { ACTIVATION_HEADER } from "#sdk/wire/agent.js";

@@ -49,7 +49,7 @@ import {
   type PrepareReport,
   type RestoreRequest,
 } from "#sdk/wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "#sdk/wire/json-value.js";
+import { JsonPayloadSchema, type JsonValue } from "#sdk/json/json-value.js";
 import { recordSchema, type CommitReply, type Manifest } from "#sdk/wire/storage.js";
 
 /** The record every test participant stores: its episode and the boundary payload. */

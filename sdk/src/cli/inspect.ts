@@ -13,7 +13,7 @@ import { captureKey, EpisodeIdSchema } from "../identity/episode-id.js";
 import { readCheckpoint } from "../store/records-reader.js";
 import { MANIFEST_FILE } from "../store/paths.js";
 import { PARTICIPANT_KINDS } from "../wire/control.js";
-import { encodeJson } from "../wire/json-value.js";
+import { encodeJson } from "../json/json-value.js";
 import { CliError, UsageError, commandOf, describeError, type Io } from "./output.js";
 import { listCell, table, truncate } from "./table.js";
 

@@ -24,7 +24,7 @@ import { EpisodeDeadlineError } from "../steps/episode-errors.js";
 import { deferred } from "../util/deferred.js";
 import { fireAt } from "../util/deadline.js";
 import { Semaphore } from "../util/semaphore.js";
-import type { JsonValue } from "../wire/json-value.js";
+import type { JsonValue } from "../json/json-value.js";
 import { RunRequestSchema, type RunRequest, type TaskId } from "../wire/environment.js";
 import { dataRoute, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";

@@ -65,6 +65,13 @@ const LedgerBatchSchema = z
   .strictObject({ rollout_ids: z.array(z.string()).min(1).max(4096) })
   .meta({ id: "LedgerBatch" });
 
+/** What {@link PolicyModelServer.generate} receives. */
+export interface GenerateInput {
+  /** The chat completions body (with `ng_capture` when the call is captured). */
+  readonly body: Record<string, unknown>;
+  readonly signal: AbortSignal;
+}
+
 /** The prefix of the ledger control routes. */
 export const LEDGER_CONTROL_PREFIX = "/training-token-capture/control";
 
@@ -180,10 +187,9 @@ export class PolicyModelServer<
    * Generates one chat completion on the backend; `body` carries `ng_capture` when the call
    * is captured, and the reply's `ng_commit_coords` say where the worker staged its tokens.
    */
-  protected async generate(input: {
-    readonly body: Record<string, unknown>;
-    readonly signal: AbortSignal;
-  }): Promise<ChatCompletionLike & { ng_commit_coords?: unknown }> {
+  protected async generate(
+    input: GenerateInput,
+  ): Promise<ChatCompletionLike & { ng_commit_coords?: unknown }> {
     const url = new URL(`${this.backendUrl()}/chat/completions`);
     const response = await this.#backendFetch(url, JSON.stringify(input.body), input.signal);
     const text = await backendStep(url, input.signal, () => response.text());

@@ -15,7 +15,7 @@ import {
   ResourcesParticipant,
   type SessionHooks,
 } from "../participants/resources/resources-participant.js";
-import type { JsonValue } from "../wire/json-value.js";
+import type { JsonValue } from "../json/json-value.js";
 import {
   ResourcesCloseSessionRequestSchema,
   ResourcesSeedSessionRequestSchema,
@@ -33,6 +33,26 @@ import { Server, type ServerOptions } from "./server.js";
 
 /** The path of the base aggregation route. */
 const AGGREGATE_METRICS_PATH = "/aggregate_metrics";
+
+/** What {@link ResourcesServer.exportSessionStates} receives. */
+export interface ExportSessionStatesInput {
+  /** The sessions to snapshot; leave out one no longer held. */
+  readonly sessionIds: readonly string[];
+  readonly signal: AbortSignal;
+}
+
+/** What {@link ResourcesServer.restoreSessionStates} receives. */
+export interface RestoreSessionStatesInput {
+  /** Every restored session's state, by session ID (checked by `sessionStateSchema()` first). */
+  readonly states: Readonly<Record<string, JsonValue>>;
+  readonly signal: AbortSignal;
+}
+
+/** What {@link ResourcesServer.retireSessionState} receives. */
+export interface RetireSessionStateInput {
+  readonly sessionId: string;
+  readonly signal: AbortSignal;
+}
 
 /** What a `/verify` implementation returns; the reply adds the request's fields and defaults. */
 export interface VerifyResult {
@@ -146,26 +166,19 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   }
 
   /** Snapshots the named sessions at commit; leave out a session no longer held. */
-  protected exportSessionStates(_input: {
-    readonly sessionIds: readonly string[];
-    readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, JsonValue>>> {
+  protected exportSessionStates(
+    _input: ExportSessionStatesInput,
+  ): Promise<Readonly<Record<string, JsonValue>>> {
     return Promise.resolve({});
   }
 
   /** Validates every state, then installs all (fresh process); throw to install nothing. */
-  protected restoreSessionStates(_input: {
-    readonly states: Readonly<Record<string, JsonValue>>;
-    readonly signal: AbortSignal;
-  }): Promise<void> {
+  protected restoreSessionStates(_input: RestoreSessionStatesInput): Promise<void> {
     return Promise.resolve();
   }
 
   /** Frees one session's state on retire, in every mode; may run twice for one session. */
-  protected retireSessionState(_input: {
-    readonly sessionId: string;
-    readonly signal: AbortSignal;
-  }): Promise<void> {
+  protected retireSessionState(_input: RetireSessionStateInput): Promise<void> {
     return Promise.resolve();
   }
 

@@ -1,5 +1,5 @@
 /** The manifest's on-disk form: keys sorted at every level, indent 1, no trailing newline. */
-import { assertJsonValue, NotJsonError, type JsonValue } from "../wire/json-value.js";
+import { assertJsonValue, NotJsonError, type JsonValue } from "../json/json-value.js";
 
 /**
  * Writes `value` like `JSON.stringify(value, null, 1)` but with the keys of every object sorted

@@ -4,8 +4,8 @@ import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
 import { failpoint } from "../util/failpoints.js";
 import { captureKey, episodeIdFromWire } from "../identity/episode-id.js";
-import { decodeJsonLine } from "../wire/json-line-decoder.js";
-import { withDecodedPayloadsTrusted } from "../wire/json-value.js";
+import { decodeJsonLine } from "../json/json-line-decoder.js";
+import { withDecodedPayloadsTrusted } from "../json/json-value.js";
 import {
   MANIFEST_SCHEMA_VERSION,
   RECORDS_FILE_PATTERN,

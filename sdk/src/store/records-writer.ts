@@ -5,7 +5,7 @@ import { CheckpointStateError } from "../errors.js";
 import { captureKey } from "../identity/episode-id.js";
 import { failpoint } from "../util/failpoints.js";
 import { Mutex } from "../util/mutex.js";
-import { encodeJsonPieces } from "../wire/json-value.js";
+import { encodeJsonPieces } from "../json/json-value.js";
 import { MANIFEST_SCHEMA_VERSION, type Manifest, type RecordBase } from "../wire/storage.js";
 import { fsyncDir } from "./fs-sync.js";
 import { sameManifest, serializeManifest } from "./manifest-json.js";

@@ -10,7 +10,7 @@ import path from "node:path";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ServerOptions } from "#sdk/server/server.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import {
   CHECKPOINT_ON,

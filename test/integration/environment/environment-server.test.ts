@@ -14,7 +14,7 @@ import {
   type RunEpisodeInput,
 } from "#sdk/server/environment-server.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 

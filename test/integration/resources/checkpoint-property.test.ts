@@ -18,7 +18,7 @@ import {
   type SessionRouteInput,
 } from "#sdk/server/resources-server.js";
 import { encodeSessionCookie, sessionKey } from "#sdk/server/resources/session-cookie.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL } from "../../support/control-routes.js";
 

@@ -16,7 +16,7 @@ import {
 } from "#sdk/server/resources-server.js";
 import { encodeSessionCookie, sessionKey } from "#sdk/server/resources/session-cookie.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL, controlRoutes } from "../../support/control-routes.js";
 

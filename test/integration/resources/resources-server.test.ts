@@ -4,7 +4,7 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { ConfigError } from "#sdk/errors.js";
 import { dataRoute } from "#sdk/server/data-route.js";
-import { ResourcesServer } from "#sdk/server/resources-server.js";
+import { ResourcesServer, type RetireSessionStateInput } from "#sdk/server/resources-server.js";
 import type { Server } from "#sdk/server/server.js";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import WeatherServer from "../../../reference-servers/weather/src/index.js";
@@ -229,7 +229,7 @@ describe("resources server: retire and forget", () => {
   it("forget is refused with retire_incomplete while a retire left state unfreed", async () => {
     let fail = true;
     class Flaky extends CounterServer {
-      protected override async retireSessionState(input: { sessionId: string }) {
+      protected override async retireSessionState(input: RetireSessionStateInput) {
         if (fail) throw new Error("sandbox busy");
         await super.retireSessionState(input);
       }

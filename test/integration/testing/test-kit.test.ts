@@ -13,7 +13,8 @@ import {
   type TestServerOptions,
 } from "#sdk/testing/index.js";
 import { deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
+import type { ExportSessionStatesInput } from "#sdk/server/resources-server.js";
 
 const SEED = { resources_session_id: "s1", task_data: { target: 2 } };
 const VERIFY = { responses_create_params: { input: [] }, response: { output: [] } };
@@ -21,7 +22,7 @@ const ep1 = { rollout: "ep1" };
 
 /** Exports each counter without its count: the restore of the reference counter refuses it. */
 class CountDroppingCounter extends CounterServer {
-  protected override async exportSessionStates(input: { sessionIds: readonly string[] }) {
+  protected override async exportSessionStates(input: ExportSessionStatesInput) {
     const states = await super.exportSessionStates(input);
     return Object.fromEntries(
       Object.entries(states).map(([id, state]) => [
@@ -34,7 +35,7 @@ class CountDroppingCounter extends CounterServer {
 
 /** Exports every count as 0: restores fine, and forgets the episode's progress. */
 class ForgetfulCounter extends CounterServer {
-  protected override async exportSessionStates(input: { sessionIds: readonly string[] }) {
+  protected override async exportSessionStates(input: ExportSessionStatesInput) {
     const states = await super.exportSessionStates(input);
     return Object.fromEntries(
       Object.entries(states).map(([id, state]) => [

@@ -7,7 +7,7 @@ import path from "node:path";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
-import { decodeJson } from "#sdk/wire/json-value.js";
+import { decodeJson } from "#sdk/json/json-value.js";
 import {
   InjectedError,
   TestParticipant,

@@ -19,7 +19,7 @@ import {
 } from "#sdk/participants/agent/agent-session-participant.js";
 import { untilSettledOrAborted } from "#sdk/util/abortable.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { expectCode, flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 
 const r1 = episodeId("r1");

@@ -7,7 +7,7 @@ import { EpisodeError } from "#sdk/errors.js";
 import { EpisodeAlreadyRunningError, EpisodeRetiredError } from "#sdk/steps/episode-errors.js";
 import { EpisodeSteps } from "#sdk/steps/episode-steps.js";
 import { deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { StepFailure, aborted, manualStep, settleMicrotasks, track } from "./helpers.js";
 
 /** A signal that has already fired: a retire cut short at once. */

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { EpisodeRetiredError } from "#sdk/steps/episode-errors.js";
 import { EpisodeSteps, type EpisodeState, type StepMode } from "#sdk/steps/episode-steps.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import {
   StepFailure,
   manualStep,

@@ -10,7 +10,7 @@ import path from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CheckpointStateError } from "#sdk/errors.js";
-import { encodeJson, MAX_JSON_DEPTH, type JsonValue } from "#sdk/wire/json-value.js";
+import { encodeJson, MAX_JSON_DEPTH, type JsonValue } from "#sdk/json/json-value.js";
 import type { Manifest } from "#sdk/wire/storage.js";
 import {
   INSTANCE,

@@ -5,8 +5,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodeJsonLine, decodeJsonLineIn } from "#sdk/wire/json-line-decoder.js";
-import { MAX_JSON_DEPTH, decodeJson, encodeJson, type JsonValue } from "#sdk/wire/json-value.js";
+import { decodeJsonLine, decodeJsonLineIn } from "#sdk/json/json-line-decoder.js";
+import { MAX_JSON_DEPTH, decodeJson, encodeJson, type JsonValue } from "#sdk/json/json-value.js";
 
 type Outcome = { ok: true; value: JsonValue } | { ok: false; name: string; message: string };
 

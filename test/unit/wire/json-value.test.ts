@@ -13,7 +13,7 @@ import {
   decodeJson,
   encodeJson,
   type JsonValue,
-} from "#sdk/wire/json-value.js";
+} from "#sdk/json/json-value.js";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -3,7 +3,7 @@
  * that cannot anchor verification become `failures`, the other custody rows `records`, and
  * lineage-only rows are left out.
  */
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import type { LedgerRow } from "./row-codec.js";
 
 /** Failure reason of a custody row without the response ID the client was served. */

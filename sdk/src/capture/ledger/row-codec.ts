@@ -3,7 +3,7 @@
  * separators (`,` and `:`), newline-terminated. Only standard JSON, so that any plain JSON
  * parser can read the lines.
  */
-import { NotJsonError, jsonValueNeedsExtended, type JsonValue } from "../../wire/json-value.js";
+import { NotJsonError, jsonValueNeedsExtended, type JsonValue } from "../../json/json-value.js";
 import { CorruptLedgerError, InvalidLedgerRowError } from "./errors.js";
 
 /**

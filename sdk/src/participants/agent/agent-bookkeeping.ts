@@ -8,7 +8,7 @@
 import { z } from "zod";
 import { CheckpointStateError } from "../../errors.js";
 import { captureKey } from "../../identity/episode-id.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import type { RestoredAgentSession } from "./agent-records.js";
 
 /** The bookkeeping field names, removed before a session reaches the agent's restore hook. */

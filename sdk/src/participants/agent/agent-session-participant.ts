@@ -25,7 +25,7 @@ import { untilSettledOrAborted } from "../../util/abortable.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { indexAdd, indexDelete } from "../../util/multimap.js";
 import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import {
   AGENT_KIND,
   AgentSessionRecordSchema,

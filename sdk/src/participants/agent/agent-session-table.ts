@@ -19,7 +19,7 @@ import {
   type AgentCloseReply,
   type AgentSeedRequest,
 } from "../../wire/agent.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import {
   isLegacySessionKey,
   type AgentSessionHooks,

@@ -8,7 +8,7 @@
  */
 import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 
 /** Where a session is. */
 export type AgentSessionState = "idle" | "running" | "at_boundary";

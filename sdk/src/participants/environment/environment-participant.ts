@@ -21,7 +21,7 @@ import {
 } from "../../identity/episode-id.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import type { PrepareReport } from "../../wire/control.js";
-import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../wire/json-value.js";
+import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
 import { recordSchema } from "../../wire/storage.js";
 import { isRestartReply, type ReplyHeaders } from "./checkpoint-headers.js";
 import { taskDigest } from "./task-digest.js";

@@ -13,7 +13,7 @@ import {
 } from "../../identity/episode-id.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "../../wire/json-value.js";
+import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
 import { recordSchema } from "../../wire/storage.js";
 import {
   CLOSE_SESSION_PATH,

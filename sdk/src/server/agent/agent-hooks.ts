@@ -15,7 +15,7 @@ import type {
   AgentSeedRequest,
   ResponsesCreateRequest,
 } from "../../wire/agent.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import type { RolloutContext } from "../rollout-prefix.js";
 
 /** The work of one activation: what the turn loop records and waits on. */

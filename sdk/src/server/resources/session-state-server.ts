@@ -7,11 +7,18 @@
  */
 import type { z } from "zod";
 import type { CheckpointMode } from "../../participants/resources/declarations.js";
-import type { JsonValue } from "../../wire/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
 import { isPlainRecord } from "../../util/plain-record.js";
 import { parseBody } from "../../wire/parse.js";
 import { dataRoute, type DataRoute } from "../data-route.js";
-import { ResourcesServer, resourcesSession, type SessionRouteInput } from "../resources-server.js";
+import {
+  ResourcesServer,
+  resourcesSession,
+  type ExportSessionStatesInput,
+  type RestoreSessionStatesInput,
+  type RetireSessionStateInput,
+  type SessionRouteInput,
+} from "../resources-server.js";
 
 /** What a {@link SessionStateServer.stateTool} handler receives. */
 export interface StateToolInput<State, Body> extends SessionRouteInput<Body> {
@@ -117,9 +124,9 @@ export abstract class SessionStateServer<
     return { resources_session_id: input.session.id };
   }
 
-  protected override async exportSessionStates(input: {
-    readonly sessionIds: readonly string[];
-  }): Promise<Readonly<Record<string, JsonValue>>> {
+  protected override async exportSessionStates(
+    input: ExportSessionStatesInput,
+  ): Promise<Readonly<Record<string, JsonValue>>> {
     // A session no longer held is left out: the participant counts it as dropped.
     return Object.fromEntries(
       input.sessionIds.flatMap((id) => {
@@ -129,9 +136,7 @@ export abstract class SessionStateServer<
     );
   }
 
-  protected override async restoreSessionStates(input: {
-    readonly states: Readonly<Record<string, JsonValue>>;
-  }): Promise<void> {
+  protected override async restoreSessionStates(input: RestoreSessionStatesInput): Promise<void> {
     // Every state passed sessionStateSchema() before this runs; parse once more for its type.
     const parsed = Object.entries(input.states).map(
       ([id, s]) => [id, this.stateSchema.parse(s)] as const,
@@ -139,7 +144,7 @@ export abstract class SessionStateServer<
     for (const [id, state] of parsed) this.states.set(id, state);
   }
 
-  protected override async retireSessionState(input: { readonly sessionId: string }) {
+  protected override async retireSessionState(input: RetireSessionStateInput): Promise<void> {
     this.states.delete(input.sessionId);
   }
 }

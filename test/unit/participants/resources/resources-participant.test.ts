@@ -6,7 +6,7 @@ import {
   ResourcesParticipant,
   type ResourcesParticipantOptions,
 } from "#sdk/participants/resources/resources-participant.js";
-import type { JsonValue } from "#sdk/wire/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 
 const prepare = { checkpoint_id: "c1", deadline_ts: 0 };
 const signal = () => new AbortController().signal;
