@@ -54,18 +54,31 @@ export interface AgentSessionHooks {
    * Describes every named session at once, as of the checkpoint (every session is parked): an
    * entry for each key, describing how to rebuild the state, not a live handle.
    */
-  exportAgentSessions(input: {
-    readonly sessionKeys: readonly string[];
-    readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, JsonValue>>>;
+  exportAgentSessions(
+    input: ExportAgentSessionsInput,
+  ): Promise<Readonly<Record<string, JsonValue>>>;
   /** In a fresh process: validates every session, then installs all of them or throws. */
-  restoreAgentSessions(input: {
-    readonly sessions: readonly RestoredAgentSession[];
-    readonly signal: AbortSignal;
-  }): Promise<void>;
+  restoreAgentSessions(input: RestoreAgentSessionsInput): Promise<void>;
   /** Frees one session's state (stops its sandbox); tolerates a key with no state. */
-  retireAgentSession(input: {
-    readonly sessionKey: string;
-    readonly signal: AbortSignal;
-  }): Promise<void>;
+  retireAgentSession(input: RetireAgentSessionInput): Promise<void>;
+}
+
+/** What the export session hook receives. */
+export interface ExportAgentSessionsInput {
+  /** The named sessions to describe (never a legacy `run:` key, on the author's side). */
+  readonly sessionKeys: readonly string[];
+  readonly signal: AbortSignal;
+}
+
+/** What the restore session hook receives. */
+export interface RestoreAgentSessionsInput {
+  /** Every restored session, each under its continuing attempt. */
+  readonly sessions: readonly RestoredAgentSession[];
+  readonly signal: AbortSignal;
+}
+
+/** What the retire session hook receives. */
+export interface RetireAgentSessionInput {
+  readonly sessionKey: string;
+  readonly signal: AbortSignal;
 }

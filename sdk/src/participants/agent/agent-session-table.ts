@@ -23,6 +23,7 @@ import type { JsonValue } from "../../json/json-value.js";
 import {
   isLegacySessionKey,
   type AgentSessionHooks,
+  type ExportAgentSessionsInput,
   type RestoredAgentSession,
 } from "./agent-records.js";
 import { parseBookkeeping, withoutBookkeeping, type Bookkeeping } from "./agent-bookkeeping.js";
@@ -409,20 +410,14 @@ function withoutTrajectory(response: Record<string, unknown>): Record<string, un
   return rest;
 }
 
-/** The author's session hooks, as the session participant's hooks take them. */
-export interface AuthorSessionHooks {
-  exportAgentSessions(input: {
-    readonly sessionKeys: readonly string[];
-    readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>>;
-  restoreAgentSessions(input: {
-    readonly sessions: readonly RestoredAgentSession[];
-    readonly signal: AbortSignal;
-  }): Promise<void>;
-  retireAgentSession(input: {
-    readonly sessionKey: string;
-    readonly signal: AbortSignal;
-  }): Promise<void>;
+/**
+ * The author's session hooks, as the session participant's hooks take them: the same, except
+ * that an exported session is an object of values the commit checks as it encodes them.
+ */
+export interface AuthorSessionHooks extends Omit<AgentSessionHooks, "exportAgentSessions"> {
+  exportAgentSessions(
+    input: ExportAgentSessionsInput,
+  ): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>>;
 }
 
 /**

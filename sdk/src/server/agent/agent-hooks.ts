@@ -6,7 +6,6 @@
  */
 import type { Request } from "express";
 import type { EpisodeId } from "../../identity/episode-id.js";
-import type { RestoredAgentSession } from "../../participants/agent/agent-records.js";
 import type { BoundarySnapshot } from "../../participants/agent/agent-session-participant.js";
 import type { BoundaryState, StepMode } from "../../steps/episode-steps.js";
 import type { CookieJar } from "../../util/cookies.js";
@@ -138,22 +137,8 @@ export interface CloseSessionStateInput<State> {
   readonly signal: AbortSignal;
 }
 
-/** What `AgentServer.exportAgentSessions` receives. */
-export interface ExportAgentSessionsInput {
-  /** The named sessions to describe (never a legacy `run:` key). */
-  readonly sessionKeys: readonly string[];
-  readonly signal: AbortSignal;
-}
-
-/** What `AgentServer.restoreAgentSessions` receives. */
-export interface RestoreAgentSessionsInput {
-  /** Every restored named session, each under its continuing attempt. */
-  readonly sessions: readonly RestoredAgentSession[];
-  readonly signal: AbortSignal;
-}
-
-/** What `AgentServer.retireAgentSession` receives. */
-export interface RetireAgentSessionInput {
-  readonly sessionKey: string;
-  readonly signal: AbortSignal;
-}
+export type {
+  ExportAgentSessionsInput,
+  RestoreAgentSessionsInput,
+  RetireAgentSessionInput,
+} from "../../participants/agent/agent-records.js";
