@@ -47,6 +47,11 @@ export const ERROR_CATALOGUE = {
     status: 409,
     summary: "Forget refused: retired state of the rollout is still held.",
   },
+  worker_lost: {
+    status: 409,
+    summary:
+      "A worker process of this multi-worker server died: checkpointing the rest would lose its state; restart the server and restore the last checkpoint.",
+  },
   activation_out_of_order: {
     status: 409,
     summary: "An agent activation arrived before the previous one completed.",
@@ -77,6 +82,16 @@ export const ERROR_CATALOGUE = {
     summary:
       "Another server of the deployment refused a call this request needed; the detail names it and its answer.",
   },
+  session_owner_gone: {
+    status: 410,
+    summary:
+      "The session belongs to a worker process of this server that is gone; its state went with it.",
+  },
+  checkpoint_coordinator_unavailable: {
+    status: 503,
+    summary:
+      "This worker cannot reach its server's checkpoint coordinator (the server is shutting down or its coordinator failed).",
+  },
   internal_error: { status: 500, summary: "A bug: the server failed in a way it did not expect." },
 } as const satisfies Record<string, { status: number; summary: string }>;
 
@@ -94,6 +109,9 @@ export interface ErrorEnvelope {
   error: { code: string; detail: string; issues?: RequestIssue[] };
 }
 
+const GYM_ERROR_BRAND = Symbol.for("gym-participant-sdk.GymError");
+const DETAIL_ERROR_BRAND = Symbol.for("gym-participant-sdk.DetailError");
+
 /**
  * A refusal with a code and status from {@link ERROR_CATALOGUE}. Participants throw these; the
  * server maps them to the envelope. Subclasses group the areas; tests match on `code`.
@@ -102,6 +120,18 @@ export class GymError extends Error {
   override name = "GymError";
   /** The HTTP status of the code, from the catalogue. */
   readonly status: number;
+  /** Marks typed errors across copies of this package (e.g. `dist/` and source side by side). */
+  readonly [GYM_ERROR_BRAND] = true;
+
+  /**
+   * `value instanceof GymError` holds for a typed error of any copy of the package: a worker's
+   * server (loaded from the installed package) renders the refusals its coordinator link (in
+   * the CLI's copy) passes on. Subclasses keep the usual prototype check.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (this !== GymError) return Function.prototype[Symbol.hasInstance].call(this, value);
+    return typeof value === "object" && value !== null && GYM_ERROR_BRAND in value;
+  }
   constructor(
     readonly code: ErrorCode,
     detail: string,
@@ -158,6 +188,14 @@ export class CheckpointError extends GymError {
   }
 
   /** Scope names episodes this participant reported as restarts. */
+  /** A worker of a multi-worker participant died; `lost` names it (index, pid, exit). */
+  static workerLost(operation: string, lost: string): CheckpointError {
+    return new CheckpointError(
+      "worker_lost",
+      `${operation} refused: ${lost}; the participant cannot be checkpointed whole. Restart the server and restore the last checkpoint`,
+    );
+  }
+
   static restartInScope(keys: readonly string[]): CheckpointError {
     return new CheckpointError(
       "restart_in_scope",
@@ -260,6 +298,14 @@ export class ConfigError extends Error {
  */
 export class DetailError extends Error {
   override name = "DetailError";
+  /** Marks these errors across copies of this package (see {@link GymError}). */
+  readonly [DETAIL_ERROR_BRAND] = true;
+
+  /** Holds for a `DetailError` of any copy of the package. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (this !== DetailError) return Function.prototype[Symbol.hasInstance].call(this, value);
+    return typeof value === "object" && value !== null && DETAIL_ERROR_BRAND in value;
+  }
   constructor(
     /** The HTTP status (4xx). */
     readonly status: number,

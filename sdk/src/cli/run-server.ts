@@ -173,17 +173,25 @@ export async function startFromDeployment(
   }
   const exported = await importServerModule(args.entrypoint);
   const logger = args.logger ?? pino({ level: process.env.LOG_LEVEL ?? "info" });
-  return await startServer(
-    exported,
-    {
-      name: args.name,
-      checkpoint: deployment.checkpoint,
-      config: entry.config,
-      deployment,
+  const options: ServerOptions = {
+    name: args.name,
+    checkpoint: deployment.checkpoint,
+    config: entry.config,
+    deployment,
+    logger,
+  };
+  const listen = { port: entry.port, host: entry.host };
+  if (entry.num_workers > 1) {
+    const { startWorkerCluster } = await import("./worker-cluster.js");
+    return await startWorkerCluster({
+      exported,
+      options,
+      listen,
+      workers: entry.num_workers,
       logger,
-    },
-    { port: entry.port, host: entry.host },
-  );
+    });
+  }
+  return await startServer(exported, options, listen);
 }
 
 /**

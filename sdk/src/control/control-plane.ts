@@ -219,6 +219,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (again !== undefined) return again as PrepareReply;
       this.#fence(id, ["idle", "preparing"], "prepare");
       if (this.#phase === "idle") {
+        this.participant.checkMembership("prepare");
         this.#checkpointId = id;
         this.#phase = "preparing";
         this.#renewLease(request.deadline_ts);
@@ -375,11 +376,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const again = this.#stored(id, "restore", args);
       if (again !== undefined) return again as RestoreReply;
       this.#fence(id, ["idle"], "restore");
+      this.participant.checkMembership("restore");
       this.#refuseRetiredReplacements(request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
       try {
         failpoint("restore.fence");
-        this.participant.markRetired(request.episode_ids);
+        await this.participant.markRetired(request.episode_ids);
       } catch (error) {
         throw typedRestoreFailure(error, "fencing the replaced attempts");
       }
@@ -480,7 +482,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     return await this.#lock.runExclusive(async () => {
       this.#admitOutsideCheckpoint(request, "retire");
       // Raised before any bounded work and kept even if the retire then fails.
-      this.participant.markRetired(request.episode_ids);
+      await this.participant.markRetired(request.episode_ids);
       const deadline = request.deadline_ts;
       // Capped and unref'd: a far deadline must not overflow the timer and abort at once.
       // `cutShort` aborts the stops explicitly when the bounded wait gives up, whichever of
@@ -526,7 +528,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     const forgotten = await awaitUntil(
       this.#lock.runExclusive(async () => {
         this.#admitOutsideCheckpoint(request, "forget");
-        this.participant.checkForget(request.rollout_ids);
+        await this.participant.checkForget(request.rollout_ids);
         if (gaveUp || isPast(request.deadline_ts)) throw CheckpointError.deadline("the forget");
         // Checked as a whole above (all or nothing), dropped in slices: a forget of tens of
         // thousands of rollouts lets data routes run between slices. Nothing can make a
@@ -534,7 +536,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         const ids = request.rollout_ids;
         for (let start = 0; start < ids.length; start += FORGET_SLICE) {
           if (start > 0) await yieldToEventLoop();
-          this.participant.forget(ids.slice(start, start + FORGET_SLICE));
+          await this.participant.forget(ids.slice(start, start + FORGET_SLICE));
         }
         this.participant.notify();
         return { forgotten_count: ids.length };
@@ -612,6 +614,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     for (;;) {
       if (this.#checkpointId !== id || this.#phase !== "preparing") return;
       const change = this.participant.nextChange();
+      this.participant.checkMembership("prepare");
       if (this.participant.ready()) return;
       const remaining = msUntil(deadlineTs);
       if (remaining <= 0) return;
@@ -670,6 +673,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       cleanupTask: null,
       cleanupRunning: false,
     };
+    this.participant.checkMembership("commit");
     if (!this.participant.ready()) {
       // A cut taken now would not be the prepared one: refuse it for good.
       newWrite.failed = "the participant is no longer ready (readiness regressed after prepare)";
@@ -710,16 +714,17 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
   #startCleanup(write: WriteState<R>, scope: readonly EpisodeId[]): Promise<void> {
     const inScope = new Set(scope.map(captureKey));
-    const unscoped = this.participant
-      .restoredPending()
-      .filter((episode) => !inScope.has(captureKey(episode)));
     write.cleanupRunning = true;
-    const task = forEachConcurrently(
-      latestPerRollout(unscoped),
-      STOP_CONCURRENCY,
-      async (episode) =>
-        await this.participant.deleteRestored(episode, new AbortController().signal),
-    ).then(
+    const task = (async () => {
+      const pending = await this.participant.restoredPending();
+      const unscoped = pending.filter((episode) => !inScope.has(captureKey(episode)));
+      await forEachConcurrently(
+        latestPerRollout(unscoped),
+        STOP_CONCURRENCY,
+        async (episode) =>
+          await this.participant.deleteRestored(episode, new AbortController().signal),
+      );
+    })().then(
       () => {
         write.cleanupRunning = false;
       },

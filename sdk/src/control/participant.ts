@@ -68,8 +68,11 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
     return this.readiness().ready;
   }
 
-  /** Refuses these attempts (and earlier ones of their rollouts) from now on. */
-  markRetired(episodes: readonly EpisodeId[]): void {
+  /**
+   * Refuses these attempts (and earlier ones of their rollouts) from now on. A participant
+   * spanning several processes resolves once every process refuses them.
+   */
+  markRetired(episodes: readonly EpisodeId[]): void | Promise<void> {
     this.retired.mark(episodes);
   }
 
@@ -79,16 +82,22 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
    */
   checkCommit(_scope: readonly EpisodeId[] | null): void {}
 
+  /**
+   * Throws (a typed error) to refuse a prepare, commit or restore when part of the participant
+   * is missing, e.g. a worker process that died: checkpointing the rest would lose its state.
+   */
+  checkMembership(_operation: "prepare" | "commit" | "restore"): void {}
+
   /** Throws to refuse a forget that would make retired state live again. */
-  checkForget(_rolloutIds: readonly string[]): void {}
+  checkForget(_rolloutIds: readonly string[]): void | Promise<void> {}
 
   /** Drops the retired marks of these rollouts. */
-  forget(rolloutIds: readonly string[]): void {
+  forget(rolloutIds: readonly string[]): void | Promise<void> {
     this.retired.forget(rolloutIds);
   }
 
   /** Restored episodes whose replacement has not started here, as the continuing attempts. */
-  restoredPending(): EpisodeId[] {
+  restoredPending(): EpisodeId[] | Promise<EpisodeId[]> {
     return [];
   }
 

@@ -495,9 +495,11 @@ const STATUS_TEXT: Record<number, string> = {
   401: "Unauthorized",
   404: "Not found",
   409: "Conflict",
+  410: "Gone",
   422: "Unprocessable request",
   500: "Internal error",
   502: "Bad gateway",
+  503: "Unavailable",
 };
 
 function envelope(error: GymError): ErrorEnvelope {
@@ -528,6 +530,21 @@ const ERROR_EXAMPLES: Record<ErrorCode, ErrorEnvelope> = {
     new GymError(
       "retire_incomplete",
       "rollout 'task-3-0' still holds retired state; retry forget after its work is freed",
+    ),
+  ),
+  worker_lost: envelope(
+    CheckpointError.workerLost("prepare", "worker 1 (pid 4242, signal SIGKILL) of this server exited"),
+  ),
+  session_owner_gone: envelope(
+    new GymError(
+      "session_owner_gone",
+      "the worker process that holds this session (5f0c9a1e2b3d4c5f6a7b8c9d0e1f2a3b) is gone, and its state with it",
+    ),
+  ),
+  checkpoint_coordinator_unavailable: envelope(
+    new GymError(
+      "checkpoint_coordinator_unavailable",
+      "this worker cannot reach the server's checkpoint coordinator: the peer closed the channel",
     ),
   ),
   activation_out_of_order: envelope(

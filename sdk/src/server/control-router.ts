@@ -1,9 +1,17 @@
 import { Router } from "express";
-import type { ControlPlane } from "../control/control-plane.js";
 import { CONTROL_ROUTES } from "../wire/control-routes.js";
+import type { Operation } from "../wire/control.js";
 import { bearerAuth } from "./bearer-auth.js";
 import { notFoundHandler } from "./error-handler.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
+
+/**
+ * Runs one control operation: the control plane in a single process; in a worker of a
+ * multi-worker server, the link that hands it to the coordinator.
+ */
+export interface ControlDispatcher {
+  dispatch(operation: Operation, body: unknown): Promise<unknown>;
+}
 
 /**
  * The control routes under `/ng-control/v1/checkpoint`, each handing `(operation, body)` to the
@@ -14,7 +22,7 @@ import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
  * without a trailing slash, and any other method on a control path (OPTIONS included, which
  * Express would otherwise answer by itself) is checked for the bearer, then answered 404.
  */
-export function controlRouter(controlPlane: ControlPlane, token: string): Router {
+export function controlRouter(dispatcher: ControlDispatcher, token: string): Router {
   const router = Router({ caseSensitive: true, strict: true });
   const auth = bearerAuth(token);
   // Control bodies can list many episodes: the data routes' limit bounds them without getting
@@ -24,7 +32,7 @@ export function controlRouter(controlPlane: ControlPlane, token: string): Router
     const handlers = route.method === "post" ? [auth, json] : [auth];
     router[route.method](route.path, ...handlers, async (req, res) => {
       const body: unknown = route.method === "post" ? req.body : undefined;
-      res.json(await controlPlane.dispatch(route.operation, body));
+      res.json(await dispatcher.dispatch(route.operation, body));
     });
   }
   for (const path of new Set(CONTROL_ROUTES.map((route) => route.path))) {

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from "node:http";
 import type { Express } from "express";
 import { z } from "zod";
 import { ConfigError, type ErrorCode } from "../errors.js";
@@ -28,7 +29,12 @@ import {
   type AggregateMetricsRequest,
 } from "./resources/aggregate-metrics.js";
 import { resourcesCheckpointMiddleware } from "./resources/checkpoint-middleware.js";
-import { sessionCookie, sessionOf, type ResourcesSession } from "./resources/session-cookie.js";
+import {
+  sessionCookie,
+  sessionOf,
+  sessionOwnerFromCookies,
+  type ResourcesSession,
+} from "./resources/session-cookie.js";
 import { Server, type ServerOptions } from "./server.js";
 
 /** The path of the base aggregation route. */
@@ -265,13 +271,25 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
       hooks,
       stateSchema: this.sessionStateSchema(),
       logger: this.logger,
+      owner: this.workerRoutingId,
     });
     return this.#participant;
   }
 
+  get #cookieName(): string {
+    return `${this.#className}___${this.name}`;
+  }
+
   protected override installKindMiddleware(app: Express): void {
-    app.use(sessionCookie({ cookieName: `${this.#className}___${this.name}` }));
+    app.use(sessionCookie({ cookieName: this.#cookieName, owner: this.workerRoutingId }));
     if (this.#participant !== null) app.use(resourcesCheckpointMiddleware(this.#participant));
+  }
+
+  /** The owner the session cookie names, else the `x-ng-session-owner` header's. */
+  protected override sessionOwnerOf(req: IncomingMessage): string | null {
+    return (
+      sessionOwnerFromCookies(req.headers.cookie, this.#cookieName) ?? super.sessionOwnerOf(req)
+    );
   }
 
   protected override routes(): readonly DataRoute[] {

@@ -1,5 +1,10 @@
 import { setMaxListeners } from "node:events";
-import { createServer, type Server as HttpServer } from "node:http";
+import {
+  createServer,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { Router, type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
@@ -8,6 +13,7 @@ import { z } from "zod";
 import { ServerClient, type ServerClientOptions } from "../client/server-client.js";
 import { ControlPlane } from "../control/control-plane.js";
 import type { Participant } from "../control/participant.js";
+import type { WorkerLink } from "../control/workers/worker-link.js";
 import { ConfigError } from "../errors.js";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { parseBody } from "../wire/parse.js";
@@ -24,6 +30,10 @@ import { errorHandler, notFoundHandler } from "./error-handler.js";
 import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
+import { SessionRouter } from "./routing/session-router.js";
+
+/** The header naming a session's owner on a request that carries no session cookie. */
+export const SESSION_OWNER_HEADER = "x-ng-session-owner";
 
 /** The `config:` a server without a declared schema accepts: `{}` only. */
 const NO_CONFIG = z.strictObject({});
@@ -59,6 +69,12 @@ export interface ServerOptions {
   readonly deployment?: ResolvedDeployment | null;
   /** Options of the {@link ServerClient} this server uses to reach others. */
   readonly client?: ServerClientOptions;
+  /**
+   * Set by `gym serve` in each worker process of a server with `num_workers` above 1: the link
+   * to the server's coordinator, which answers the control routes and routes sessions.
+   * @default none (one process)
+   */
+  readonly worker?: WorkerLink | null;
 }
 
 /** Where a listening server can be reached. */
@@ -131,7 +147,13 @@ export class Server<Config = unknown> {
   #building = false;
   #controlPlane: ControlPlane | null = null;
   #participant: Participant | null = null;
+  /** Whether the control routes are served (here, or through the worker's coordinator). */
+  #controlRoutes = false;
+  readonly #worker: WorkerLink | null;
   #http: HttpServer | null = null;
+  /** A worker's private socket, where other workers pass on its sessions' requests. */
+  #privateHttp: HttpServer | null = null;
+  #router: SessionRouter | null = null;
   readonly #shutdown = ((): AbortController => {
     const controller = new AbortController();
     setMaxListeners(0, controller.signal); // one listener per in-flight request
@@ -162,6 +184,7 @@ export class Server<Config = unknown> {
       servers: {},
     };
     this.#clientOptions = options.client ?? {};
+    this.#worker = options.worker ?? null;
   }
 
   /**
@@ -246,6 +269,21 @@ export class Server<Config = unknown> {
     return null;
   }
 
+  /**
+   * The worker owning the session a raw request names (null: none; `""`: a session of a
+   * one-process server), read before anything else runs when the server runs several workers. The base reads the `x-ng-session-owner` header;
+   * kinds with session cookies read the owner their cookie names.
+   */
+  protected sessionOwnerOf(req: IncomingMessage): string | null {
+    const named = req.headers[SESSION_OWNER_HEADER];
+    return typeof named === "string" && named.length > 0 ? named : null;
+  }
+
+  /** The routing ID of this worker process, or null when the server runs as one process. */
+  protected get workerRoutingId(): string | null {
+    return this.#worker?.routingId ?? null;
+  }
+
   /** The data routes this server serves (a server kind serves its own: see {@link extraRoutes}). */
   protected routes(): readonly DataRoute[] {
     return [];
@@ -286,7 +324,7 @@ export class Server<Config = unknown> {
     return buildOpenApiDocument({
       title: `${this.name} (gym server)`,
       version: "1.0.0",
-      controlRoutes: this.#controlPlane !== null,
+      controlRoutes: this.#controlRoutes,
       routes: this.#allRoutes().map((route): RouteDoc => route),
     });
   }
@@ -312,21 +350,44 @@ export class Server<Config = unknown> {
       const participant = this.createParticipant();
       this.#participant = participant;
       if (participant !== null) {
-        this.#controlPlane = new ControlPlane(participant, {
-          instance: this.name,
-          leaseGraceSeconds: this.checkpointSettings.lease_grace_seconds,
-          logger: this.logger,
-        });
-        app.use(
-          controlRouter(this.#controlPlane, this.checkpointSettings.control_auth_token ?? ""),
-        );
+        // A worker's control calls are answered by its server's coordinator.
+        const dispatcher =
+          this.#worker ??
+          (this.#controlPlane = new ControlPlane(participant, {
+            instance: this.name,
+            leaseGraceSeconds: this.checkpointSettings.lease_grace_seconds,
+            logger: this.logger,
+          }));
+        this.#controlRoutes = true;
+        app.use(controlRouter(dispatcher, this.checkpointSettings.control_auth_token ?? ""));
       }
     }
     app.use(rolloutPrefix());
     app.get("/health", (_req, res) => {
+      const worker = this.#worker;
+      if (worker !== null && worker.lostWorkers.length > 0) {
+        // Never silently partial: sessions of the lost worker are gone, checkpoints refused.
+        res.status(503).json({
+          status: "worker_lost",
+          name: this.name,
+          workers: worker.liveWorkers,
+          expected_workers: worker.count,
+          lost_workers: worker.lostWorkers,
+        });
+        return;
+      }
+      if (worker !== null && !worker.allJoined) {
+        res.status(503).json({
+          status: "starting",
+          name: this.name,
+          workers: worker.liveWorkers,
+          expected_workers: worker.count,
+        });
+        return;
+      }
       res.json({ status: "ok", name: this.name });
     });
-    if (this.#controlPlane !== null) app.use(bodies);
+    if (this.#controlRoutes) app.use(bodies);
     this.installKindMiddleware(app);
     this.configureApp(app);
     for (const route of this.#allRoutes()) this.#mount(app, bodies, route);
@@ -384,30 +445,35 @@ export class Server<Config = unknown> {
   async listen(options: { port?: number; host?: string } = {}): Promise<ListeningAddress> {
     if (this.#http !== null) throw new ConfigError(`server ${this.name} is already listening`);
     const host = options.host ?? "127.0.0.1";
-    const requestTimeout = this.requestTimeoutMs;
-    const http = createServer(
-      {
-        requestTimeout,
-        // Node checks the timeouts on this interval (30 s by default): a quarter of the bound
-        // keeps it from stretching a short bound by much.
-        connectionsCheckingInterval:
-          requestTimeout > 0 ? Math.min(30_000, Math.max(250, requestTimeout / 4)) : 30_000,
-      },
-      this.app(),
-    );
-    // Longer than any client's idle keep-alive (the SDK's clients drop theirs after 4 s), so a
-    // client never sends a request on a connection this side is closing.
-    http.keepAliveTimeout = 65_000;
-    // Node bounds a request by the larger of the two timeouts: a shorter request bound needs
-    // a head bound no longer than itself.
-    http.headersTimeout = requestTimeout > 0 ? Math.min(66_000, requestTimeout) : 66_000;
+    const app = this.app();
+    const worker = this.#worker;
+    let listener: (req: IncomingMessage, res: ServerResponse) => void = app;
+    if (worker !== null) {
+      // Sessions live on the worker that made them: their requests go there first.
+      this.#router = new SessionRouter(worker, (req) => this.sessionOwnerOf(req), app);
+      listener = this.#router.listener;
+      const privateHttp = this.#createHttp(app);
+      this.#privateHttp = privateHttp;
+      await new Promise<void>((resolve, reject) => {
+        privateHttp.once("error", reject);
+        // Exclusive: bound by this worker itself, not shared through the cluster's primary.
+        const path = worker.socketOf(worker.routingId);
+        privateHttp.listen({ path, backlog: 65_535, exclusive: true }, () => {
+          privateHttp.off("error", reject);
+          resolve();
+        });
+      });
+    }
+    const http = this.#createHttp(listener);
     this.#http = http;
     // While closing, a keep-alive connection is cut as soon as its last response is sent.
-    http.on("request", (_req, res) => {
-      res.on("finish", () => {
-        if (this.#http !== http) setImmediate(() => http.closeIdleConnections());
+    for (const server of [http, ...(this.#privateHttp === null ? [] : [this.#privateHttp])]) {
+      server.on("request", (_req, res) => {
+        res.on("finish", () => {
+          if (this.#http !== http) setImmediate(() => server.closeIdleConnections());
+        });
       });
-    });
+    }
     await new Promise<void>((resolve, reject) => {
       http.once("error", reject);
       // A deep accept queue: thousands of rollouts connect at once (the kernel caps it at
@@ -420,6 +486,28 @@ export class Server<Config = unknown> {
     const address = http.address() as AddressInfo;
     this.logger.info({ port: address.port, host }, "listening");
     return { host, port: address.port, url: `http://${host}:${address.port}` };
+  }
+
+  #createHttp(listener: (req: IncomingMessage, res: ServerResponse) => void): HttpServer {
+    const requestTimeout = this.requestTimeoutMs;
+    const http = createServer(
+      {
+        requestTimeout,
+        // Node checks the timeouts on this interval (30 s by default): a quarter of the bound
+        // keeps it from stretching a short bound by much.
+        connectionsCheckingInterval:
+          requestTimeout > 0 ? Math.min(30_000, Math.max(250, requestTimeout / 4)) : 30_000,
+      },
+      listener,
+    );
+    // Longer than any client's idle keep-alive (the SDK's clients drop theirs after 4 s, the
+    // session router's after 30 s), so a client never sends a request on a connection this
+    // side is closing.
+    http.keepAliveTimeout = 65_000;
+    // Node bounds a request by the larger of the two timeouts: a shorter request bound needs
+    // a head bound no longer than itself.
+    http.headersTimeout = requestTimeout > 0 ? Math.min(66_000, requestTimeout) : 66_000;
+    return http;
   }
 
   /**
@@ -435,14 +523,19 @@ export class Server<Config = unknown> {
       return;
     }
     this.#http = null;
-    const closed = new Promise<void>((resolve) => http.close(() => resolve()));
-    http.closeIdleConnections();
+    const servers = [http, ...(this.#privateHttp === null ? [] : [this.#privateHttp])];
+    this.#privateHttp = null;
+    const closed = Promise.all(
+      servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))),
+    );
+    for (const server of servers) server.closeIdleConnections();
     const grace = setTimeout(() => {
       this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
-      http.closeAllConnections();
+      for (const server of servers) server.closeAllConnections();
     }, this.shutdownGraceMs);
     grace.unref();
     await closed;
+    this.#router?.close();
     clearTimeout(grace);
     this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
     // Last: closing the client waits for its calls, which the aborted handlers have dropped.

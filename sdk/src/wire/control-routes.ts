@@ -64,7 +64,7 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
       "(admission stays closed, the lease runs). A completed prepare is replayed verbatim.",
     request: PrepareRequestSchema,
     reply: PrepareReplySchema,
-    errors: fencing,
+    errors: [...fencing, "worker_lost"],
   },
   {
     operation: "renew",
@@ -115,6 +115,7 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
     errors: [
       ...fencing,
       "export_failed",
+      "worker_lost",
       "restart_in_scope",
       "checkpoint_error",
       "deadline_exceeded",
@@ -132,7 +133,13 @@ export const CONTROL_ROUTES: readonly ControlRoute[] = [
       "stays closed until resume.",
     request: RestoreRequestSchema,
     reply: RestoreReplySchema,
-    errors: [...fencing, "checkpoint_error", "deadline_exceeded", "invalid_checkpoint_state"],
+    errors: [
+      ...fencing,
+      "checkpoint_error",
+      "worker_lost",
+      "deadline_exceeded",
+      "invalid_checkpoint_state",
+    ],
   },
   {
     operation: "resume",

@@ -92,3 +92,21 @@ describe("error catalogue", () => {
     expect(envelope.error.issues).toEqual([{ path: ["a", 0], message: "m" }]);
   });
 });
+
+describe("typed errors across copies of the package", () => {
+  it("recognises a typed error built by another copy (dist/ beside the sources) by its brand", () => {
+    // What another copy's CheckpointError looks like to this one: same brand, other prototype.
+    const foreign = Object.assign(Object.create(Error.prototype) as Error, {
+      code: "worker_lost",
+      status: 409,
+      [Symbol.for("gym-participant-sdk.GymError")]: true,
+    });
+    expect(foreign instanceof GymError).toBe(true);
+    // A subclass keeps the prototype check: the foreign error is no CheckpointError of ours.
+    expect(foreign instanceof CheckpointError).toBe(false);
+    expect(new Error("plain") instanceof GymError).toBe(false);
+    expect(
+      CheckpointError.workerLost("prepare", "worker 1 exited") instanceof CheckpointError,
+    ).toBe(true);
+  });
+});

@@ -124,7 +124,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   }
 
   override markRetired(episodes: readonly EpisodeId[]): void {
-    super.markRetired(episodes);
+    this.retired.mark(episodes);
     this.gate.refuseWaiting(episodes);
   }
 

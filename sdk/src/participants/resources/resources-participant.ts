@@ -53,6 +53,11 @@ export interface SessionHooks {
 
 /** Options of a {@link ResourcesParticipant}. */
 export interface ResourcesParticipantOptions {
+  /**
+   * The worker whose cookies name the sessions started here, recorded as each record's
+   * `owner` (a restore places a session with its owner's others). @default null (one process)
+   */
+  readonly owner?: string | null;
   /** @default "restart_only" */
   readonly mode?: CheckpointMode;
   /** @default "wait" */
@@ -148,6 +153,8 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   readonly #sessions = new Map<string, EpisodeId>();
   /** Rollout ID → its session IDs. */
   readonly #byRollout = new Map<string, Set<string>>();
+  /** The routing owner of sessions started here (null with one worker). */
+  readonly #owner: string | null;
   /** Session ID → routing owner (null with one worker). */
   readonly #owners = new Map<string, string | null>();
   /** Capture key → admitted-but-unfinished session starts. */
@@ -169,6 +176,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
 
   constructor(options: ResourcesParticipantOptions = {}) {
     super();
+    this.#owner = options.owner ?? null;
     this.mode = options.mode ?? "restart_only";
     this.verify = options.verify ?? "wait";
     this.#sessionStarts = new Set(options.sessionStarts ?? [SEED_SESSION_PATH]);
@@ -249,7 +257,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
         if (tracked || finished) return;
         tracked = true;
         if (status < 200 || status >= 300) return;
-        if (seedEpisode !== null) this.seeded(now, seedEpisode);
+        if (seedEpisode !== null) this.seeded(now, seedEpisode, this.#owner);
         else if (path === CLOSE_SESSION_PATH) this.sessionEnded(sessionId);
         else if (path === VERIFY_PATH && !(replayable && closeFollows)) {
           if (replayable && !this.#accepting) this.#deferredEnds.add(sessionId);
@@ -287,7 +295,8 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     let ids = this.#byRollout.get(episode.rollout_id);
     if (ids === undefined) this.#byRollout.set(episode.rollout_id, (ids = new Set()));
     ids.add(sessionId);
-    this.#owners.set(sessionId, owner ?? this.#owners.get(sessionId) ?? null);
+    // A restored session keeps the owner its cookies name, wherever it is served now.
+    this.#owners.set(sessionId, this.#owners.get(sessionId) ?? owner ?? null);
     if (this.retired.isRetired(episode)) this.#fence(sessionId, episode.rollout_id);
     this.notify();
   }
@@ -564,7 +573,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   }
 
   override markRetired(episodes: readonly EpisodeId[]): void {
-    super.markRetired(episodes);
+    this.retired.mark(episodes);
     // Fence the attempts' sessions before anything awaits, so a retire cut short still refuses them.
     for (const episode of episodes) {
       for (const id of this.#sessionsUpTo(episode)) this.#fence(id, episode.rollout_id);
@@ -655,7 +664,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   }
 
   override forget(rolloutIds: readonly string[]): void {
-    super.forget(rolloutIds);
+    this.retired.forget(rolloutIds);
     for (const rolloutId of rolloutIds) {
       for (const id of this.#retiredByRollout.get(rolloutId) ?? []) this.#refused.delete(id);
       this.#retiredByRollout.delete(rolloutId);

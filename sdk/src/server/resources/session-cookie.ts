@@ -41,6 +41,8 @@ export interface SessionCookieOptions {
   readonly cookieName: string;
   /** Signing secret. @default the cookie name */
   readonly secret?: string;
+  /** The worker owning the sessions started here, named in their cookies. @default none (one process) */
+  readonly owner?: string | null;
 }
 
 function sign(key: Buffer, payload: string): string {
@@ -57,8 +59,14 @@ function readCookie(header: string | undefined, name: string): string | null {
   return null;
 }
 
-/** Decodes a signed cookie value to its session ID, or null when absent, forged or malformed. */
-export function decodeSessionCookie(value: string, key: Buffer): string | null {
+/** What a signed session cookie says. */
+interface SessionCookiePayload {
+  readonly sessionId: string;
+  /** The worker owning the session; null when the server ran as one process. */
+  readonly owner: string | null;
+}
+
+function decodePayload(value: string, key: Buffer): SessionCookiePayload | null {
   const dot = value.lastIndexOf(".");
   if (dot <= 0) return null;
   const payload = value.slice(0, dot);
@@ -68,17 +76,46 @@ export function decodeSessionCookie(value: string, key: Buffer): string | null {
   try {
     const data: unknown = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
     if (typeof data !== "object" || data === null) return null;
-    const id = (data as Record<string, unknown>).session_id;
-    return typeof id === "string" && id.length > 0 ? id : null;
+    const { session_id: id, owner } = data as Record<string, unknown>;
+    if (typeof id !== "string" || id.length === 0) return null;
+    return { sessionId: id, owner: typeof owner === "string" && owner.length > 0 ? owner : null };
   } catch {
     return null;
   }
 }
 
-/** Encodes a session ID as a signed cookie value. */
-export function encodeSessionCookie(sessionId: string, key: Buffer): string {
-  const payload = Buffer.from(JSON.stringify({ session_id: sessionId })).toString("base64url");
+/** Decodes a signed cookie value to its session ID, or null when absent, forged or malformed. */
+export function decodeSessionCookie(value: string, key: Buffer): string | null {
+  return decodePayload(value, key)?.sessionId ?? null;
+}
+
+/**
+ * Encodes a session ID as a signed cookie value; `owner` (a worker's routing ID) only when the
+ * server runs several workers, so a one-process cookie is unchanged.
+ */
+export function encodeSessionCookie(
+  sessionId: string,
+  key: Buffer,
+  owner: string | null = null,
+): string {
+  const body = owner === null ? { session_id: sessionId } : { session_id: sessionId, owner };
+  const payload = Buffer.from(JSON.stringify(body)).toString("base64url");
   return `${payload}.${sign(key, payload)}`;
+}
+
+/**
+ * The owner a request's session cookie names (its signature checked): `""` for a cookie of a
+ * one-process server, which names none; null without a valid cookie.
+ */
+export function sessionOwnerFromCookies(
+  header: string | undefined,
+  cookieName: string,
+  secret: string = cookieName,
+): string | null {
+  const raw = readCookie(header, cookieName);
+  if (raw === null) return null;
+  const payload = decodePayload(raw, sessionKey(secret));
+  return payload === null ? null : (payload.owner ?? "");
 }
 
 /** The signing key for a secret. */
@@ -93,6 +130,7 @@ export function sessionKey(secret: string): Buffer {
 export function sessionCookie(options: SessionCookieOptions): RequestHandler {
   const key = sessionKey(options.secret ?? options.cookieName);
   const name = options.cookieName;
+  const owner = options.owner ?? null;
   return (req, res, next) => {
     const raw = readCookie(req.headers.cookie, name);
     const id = raw === null ? null : decodeSessionCookie(raw, key);
@@ -102,7 +140,7 @@ export function sessionCookie(options: SessionCookieOptions): RequestHandler {
       if (state.dirty) {
         res.append(
           "Set-Cookie",
-          `${name}=${encodeSessionCookie(state.id, key)}; Path=/; HttpOnly; SameSite=Lax`,
+          `${name}=${encodeSessionCookie(state.id, key, owner)}; Path=/; HttpOnly; SameSite=Lax`,
         );
       }
     });

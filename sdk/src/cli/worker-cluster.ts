@@ -1,0 +1,207 @@
+/**
+ * How a server with `num_workers` above 1 runs: the process `gym serve` starts becomes the
+ * server's coordinator (it serves no data) and forks that many workers, which share the
+ * server's port (round-robin: the coordinator accepts each connection and hands it to the next
+ * worker). With checkpointing on, the coordinator runs the control plane over a
+ * {@link CoordinatedParticipant}, and every worker's control routes forward to it.
+ *
+ * @see docs/workers.md
+ */
+import cluster, { type Worker } from "node:cluster";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { createServer, type Server as NetServer } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import type { Logger } from "pino";
+import { ControlPlane } from "../control/control-plane.js";
+import type { Participant } from "../control/participant.js";
+import { CoordinatedParticipant } from "../control/workers/coordinated-participant.js";
+import { WORKER_ENV } from "../control/workers/worker-messages.js";
+import { WorkerLink } from "../control/workers/worker-link.js";
+import { WorkerPool } from "../control/workers/worker-pool.js";
+import type { Operation } from "../wire/control.js";
+import type { ServerOptions } from "../server/server.js";
+import { resolveCheckpointSettings } from "../server/server.js";
+import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
+
+/** How long stopping waits for the workers before killing them (ms). */
+const WORKER_STOP_GRACE_MS = 15_000;
+
+/** What the cluster needs to start a server. */
+export interface WorkerClusterArgs {
+  readonly exported: ServerModuleExport;
+  readonly options: ServerOptions;
+  readonly listen: { readonly port: number; readonly host: string };
+  readonly workers: number;
+  readonly logger: Logger;
+}
+
+/** Whether this process is a worker forked for a multi-worker server. */
+export function isServerWorker(): boolean {
+  return !cluster.isPrimary && process.env[WORKER_ENV.index] !== undefined;
+}
+
+/** Starts this process's part: the coordinator (the process `gym serve` started) or a worker. */
+export async function startWorkerCluster(args: WorkerClusterArgs): Promise<RunningServer> {
+  return isServerWorker() ? await startWorker(args) : await startCoordinator(args);
+}
+
+function participantOf(server: unknown): Participant | null {
+  const participant = (server as { participant?: unknown }).participant;
+  return participant === undefined ? null : (participant as Participant | null);
+}
+
+/** A short directory for the sockets (a Unix socket path is limited to about 100 bytes). */
+function socketBase(): string {
+  const base = tmpdir();
+  return base.length <= 40 ? base : "/tmp";
+}
+
+/** Removes socket directories left by coordinators that died without cleaning up. */
+async function removeStaleSocketDirs(base: string): Promise<void> {
+  let names: string[];
+  try {
+    names = await readdir(base);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const match = /^ng-(\d+)-/.exec(name);
+    if (match === null) continue;
+    const pid = Number(match[1]);
+    if (pid === process.pid || isAlive(pid)) continue;
+    await rm(path.join(base, name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+function describeExit(code: number | null, signal: string | null): string {
+  return signal !== null ? `signal ${signal}` : `code ${code ?? "unknown"}`;
+}
+
+async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer> {
+  const { options, logger } = args;
+  const log = logger.child({ server: options.name, role: "coordinator" });
+  const base = socketBase();
+  await removeStaleSocketDirs(base);
+  const socketDir = await mkdtemp(path.join(base, `ng-${process.pid}-`));
+  const coordinatorSocket = path.join(socketDir, "coordinator.sock");
+
+  // Built, never listening: its participant answers the kind, the record schema and pure hooks.
+  const prototype = await buildServer(args.exported, options);
+  const pool = new WorkerPool(args.workers, log);
+  let controlPlane: ControlPlane | null = null;
+  const settings = resolveCheckpointSettings(options.checkpoint);
+  const participant = settings.enabled ? participantOf(prototype) : null;
+  if (participant !== null) {
+    const coordinated = new CoordinatedParticipant(pool, participant, async (operation, body) => {
+      return await controlPlane!.dispatch(operation as Operation, body);
+    });
+    controlPlane = new ControlPlane(coordinated, {
+      instance: options.name,
+      leaseGraceSeconds: settings.lease_grace_seconds,
+      logger: log,
+    });
+  }
+
+  const channelServer: NetServer = createServer((socket) => pool.accept(socket));
+  await new Promise<void>((resolve, reject) => {
+    channelServer.once("error", reject);
+    channelServer.listen(coordinatorSocket, () => {
+      channelServer.off("error", reject);
+      resolve();
+    });
+  });
+
+  // Round-robin: the coordinator accepts and hands connections out evenly; the kernel's own
+  // spread piles them onto one worker.
+  cluster.schedulingPolicy = cluster.SCHED_RR;
+  const workers = new Map<number, Worker>();
+  let stopping = false;
+  const fork = (index: number): Worker => {
+    const worker = cluster.fork({
+      [WORKER_ENV.index]: String(index),
+      [WORKER_ENV.count]: String(args.workers),
+      [WORKER_ENV.coordinator]: coordinatorSocket,
+      [WORKER_ENV.socketDir]: socketDir,
+    });
+    workers.set(index, worker);
+    worker.on("exit", (code, signal) => {
+      const pid = worker.process.pid ?? -1;
+      if (!stopping) pool.workerExited(index, pid, describeExit(code, signal));
+    });
+    return worker;
+  };
+  for (let index = 0; index < args.workers; index++) fork(index);
+  log.info(
+    {
+      workers: args.workers,
+      port: args.listen.port,
+      pids: [...workers.values()].map((w) => w.process.pid),
+    },
+    "started workers",
+  );
+
+  const stopWorkers = async (): Promise<void> => {
+    stopping = true;
+    pool.shutdown();
+    controlPlane?.close();
+    // Each worker was asked to stop (a signal to the whole group reaches them anyway).
+    const exits = [...workers.values()]
+      .filter((worker) => worker.process.exitCode === null && worker.process.signalCode === null)
+      .map((worker) => new Promise<void>((resolve) => worker.once("exit", () => resolve())));
+    const killer = setTimeout(() => {
+      for (const worker of workers.values()) worker.process.kill("SIGKILL");
+    }, WORKER_STOP_GRACE_MS);
+    killer.unref();
+    await Promise.all(exits);
+    clearTimeout(killer);
+    await new Promise<void>((resolve) => channelServer.close(() => resolve()));
+    await rm(socketDir, { recursive: true, force: true });
+  };
+  let stopped: Promise<void> | null = null;
+  const address = {
+    host: args.listen.host,
+    port: args.listen.port,
+    url: `http://${args.listen.host}:${args.listen.port}`,
+  };
+  return { server: prototype, address, stop: () => (stopped ??= stopWorkers()) };
+}
+
+async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
+  const index = Number(process.env[WORKER_ENV.index]);
+  const logger = args.logger.child({ worker: index });
+  const link = await WorkerLink.connect({
+    coordinator: process.env[WORKER_ENV.coordinator] ?? "",
+    index,
+    count: Number(process.env[WORKER_ENV.count]),
+    socketDir: process.env[WORKER_ENV.socketDir] ?? "",
+    logger,
+  });
+  const server = await buildServer(args.exported, { ...args.options, logger, worker: link });
+  await link.register(participantOf(server));
+  const address = await server.listen(args.listen);
+  await link.listening();
+  let stopped: Promise<void> | null = null;
+  const stop = (): Promise<void> => (stopped ??= server.close().finally(() => link.close()));
+  // Without its coordinator a worker can neither checkpoint nor route: it stops.
+  const leave = (reason: string): void => {
+    if (stopped !== null) return;
+    logger.error({ reason }, "lost the coordinator: stopping");
+    void stop().finally(() => process.exit(1));
+  };
+  link.onCoordinatorLost(leave);
+  link.onStopRequested(() => {
+    void stop().finally(() => process.exit(0));
+  });
+  process.on("disconnect", () => leave("the coordinator process is gone"));
+  return { server, address, stop };
+}

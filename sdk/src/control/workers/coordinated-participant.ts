@@ -1,0 +1,256 @@
+/**
+ * The participant of a multi-worker server, run by its coordinator (a process that serves no
+ * data). Each hook reaches every worker over its channel and answers for all of them, so the
+ * control plane above it behaves exactly as for one process.
+ *
+ * @see docs/workers.md
+ */
+import type { z } from "zod";
+import { CheckpointError } from "../../errors.js";
+import type { EpisodeId } from "../../identity/episode-id.js";
+import type { JsonValue } from "../../json/json-value.js";
+import { compareStrings } from "../../util/compare-strings.js";
+import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
+import type { Manifest, RecordBase } from "../../wire/storage.js";
+import { Participant, type CloseAdmissionRequest } from "../participant.js";
+import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
+import { placeOwners } from "./owner-placement.js";
+import { ownerOfRecord, type JoinState, type WorkerReport } from "./worker-messages.js";
+import type { Member, WorkerPool } from "./worker-pool.js";
+
+/** A worker's latest answers, kept for the synchronous readiness and status. */
+interface Latest {
+  /** Its report for the current admission generation, or null. */
+  report: PrepareReport | null;
+  extra: Record<string, unknown>;
+}
+
+/**
+ * The participant of a multi-worker server: closes, reports, fences, exports and installs
+ * across every worker of its {@link WorkerPool}. Once a worker process is lost, prepare, commit
+ * and restore are refused with `worker_lost` naming it (its state is gone with it).
+ */
+export class CoordinatedParticipant extends Participant {
+  readonly kind: ParticipantKind;
+  readonly recordSchema: z.ZodType<RecordBase>;
+  readonly #prototype: Participant;
+  readonly #pool: WorkerPool;
+  readonly #latest = new Map<string, Latest>();
+  #accepting = true;
+  #request: CloseAdmissionRequest | null = null;
+  #generation = 0;
+  /** Old owner → live worker routing ID, from the last restore. */
+  #aliases = new Map<string, string>();
+  /** Owners the last restored manifest listed. */
+  #restoredOwners: string[] = [];
+
+  /**
+   * @param pool the server's workers
+   * @param prototype a participant built like the workers' that never serves: its kind,
+   *   record schema and pure hooks (`checkCommit`, `commitReply`) answer for all
+   * @param control runs a control call a worker received (the control plane's dispatcher)
+   */
+  constructor(
+    pool: WorkerPool,
+    prototype: Participant,
+    control: (operation: string, body: unknown) => Promise<unknown>,
+  ) {
+    super();
+    this.#pool = pool;
+    this.#prototype = prototype;
+    this.kind = prototype.kind;
+    this.recordSchema = prototype.recordSchema as z.ZodType<RecordBase>;
+    pool.coordinate({
+      joinState: () => this.#joinState(),
+      report: (member, report) => this.#takeReport(member, report),
+      control,
+      changed: () => this.notify(),
+    });
+  }
+
+  /** The blocker prefix of this kind (`policy` for the model, as its own blockers). */
+  get #prefix(): string {
+    return this.kind === "model" ? "policy" : this.kind;
+  }
+
+  #latestOf(member: Member): Latest {
+    let latest = this.#latest.get(member.routingId);
+    if (latest === undefined) {
+      latest = { report: null, extra: {} };
+      this.#latest.set(member.routingId, latest);
+    }
+    return latest;
+  }
+
+  #joinState(): Omit<JoinState, "workers" | "lost" | "epoch"> {
+    return {
+      accepting: this.#accepting,
+      generation: this.#generation,
+      request: this.#request as unknown as JsonValue,
+      marks: [...this.retired.marks()],
+      aliases: [...this.#aliases],
+    };
+  }
+
+  #takeReport(member: Member, message: WorkerReport): void {
+    const latest = this.#latestOf(member);
+    latest.extra = message.extra;
+    if (message.generation !== this.#generation) return;
+    latest.report = message.report;
+    this.notify();
+  }
+
+  override checkMembership(operation: "prepare" | "commit" | "restore"): void {
+    const lost = this.#pool.lost;
+    if (lost.length > 0) {
+      const named = lost
+        .map((lost) => `worker ${lost.index} (pid ${lost.pid}, ${lost.exit})`)
+        .join(", ");
+      throw CheckpointError.workerLost(operation, `${named} of this server exited`);
+    }
+    if (operation === "restore" && this.#pool.registered < this.#pool.expected) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `restore refused: ${this.#pool.registered} of ${this.#pool.expected} workers have started; wait for /health to answer 200`,
+      );
+    }
+  }
+
+  override async closeAdmission(request: CloseAdmissionRequest): Promise<void> {
+    this.#accepting = false;
+    this.#request = request;
+    const generation = ++this.#generation;
+    for (const latest of this.#latest.values()) latest.report = null;
+    const members = this.#pool.live();
+    const reports = await this.#pool.callAll("close", () => ({ request, generation }));
+    members.forEach((member, i) => {
+      const latest = this.#latestOf(member);
+      if (this.#generation === generation && latest.report === null) {
+        latest.report = reports[i] as unknown as PrepareReport;
+      }
+    });
+    this.notify();
+  }
+
+  override async openAdmission(): Promise<void> {
+    this.#accepting = true;
+    this.#request = null;
+    this.#generation++;
+    // A worker that cannot be reached serves nothing: reopening the others is what matters.
+    await this.#pool.tellAll("open");
+  }
+
+  override readiness(): PrepareReport {
+    const reports: PrepareReport[] = [];
+    for (const member of this.#pool.live()) {
+      const report = this.#latest.get(member.routingId)?.report ?? null;
+      if (report !== null) reports.push(report);
+    }
+    return mergeReports(reports, {
+      blockerPrefix: this.#prefix,
+      expected: this.#pool.expected,
+      lost: this.#pool.lost.length > 0,
+    });
+  }
+
+  override async markRetired(episodes: readonly EpisodeId[]): Promise<void> {
+    this.retired.mark(episodes);
+    await this.#pool.callAll("mark", () => ({ episodes }));
+  }
+
+  override async checkForget(rolloutIds: readonly string[]): Promise<void> {
+    await this.#pool.callAll("check_forget", () => ({ rollout_ids: rolloutIds }));
+  }
+
+  override async forget(rolloutIds: readonly string[]): Promise<void> {
+    this.retired.forget(rolloutIds);
+    await this.#pool.callAll("forget", () => ({ rollout_ids: rolloutIds }));
+  }
+
+  override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    await this.#pool.callAll("retire", () => ({ episode }), signal);
+  }
+
+  override async export(
+    scope: readonly EpisodeId[] | null,
+    signal: AbortSignal,
+  ): Promise<RecordBase[]> {
+    const parts = await this.#pool.callAll("export", () => ({ scope }), signal);
+    return parts.flatMap((part) => part as unknown as RecordBase[]);
+  }
+
+  override checkCommit(scope: readonly EpisodeId[] | null): void {
+    this.#prototype.checkCommit(scope);
+  }
+
+  override commitReply(records: readonly RecordBase[]): Record<string, unknown> {
+    return this.#prototype.commitReply(records);
+  }
+
+  /** Every owner a live cookie may name: the workers and every alias. */
+  override manifestExtra(): Record<string, unknown> {
+    const live = this.#pool.live().map((member) => member.routingId);
+    const owners = new Set([...live, ...this.#aliases.keys()]);
+    return { session_owners: [...owners].sort(compareStrings) };
+  }
+
+  override async restoreManifest(manifest: Manifest): Promise<void> {
+    const owners = (manifest as { session_owners?: unknown }).session_owners;
+    this.#restoredOwners = Array.isArray(owners)
+      ? owners.filter((owner): owner is string => typeof owner === "string")
+      : [];
+    await this.#pool.callAll("restore_manifest", () => ({ manifest }));
+  }
+
+  /**
+   * Places every pre-crash owner's sessions on one live worker (see `placeOwners`), tells every
+   * worker the alias table, and installs each worker's share (an empty one included, so each
+   * checks it holds nothing live).
+   */
+  override async install(
+    records: readonly RecordBase[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void> {
+    const counts = new Map<string, number>(this.#restoredOwners.map((owner) => [owner, 0]));
+    for (const record of records) {
+      const owner = ownerOfRecord(record);
+      counts.set(owner, (counts.get(owner) ?? 0) + 1);
+    }
+    const members = this.#pool.live();
+    const aliases = placeOwners(
+      counts,
+      members.map((member) => member.routingId),
+    );
+    const shares = new Map<string, RecordBase[]>(members.map((member) => [member.routingId, []]));
+    for (const record of records) {
+      shares.get(aliases.get(ownerOfRecord(record))!)!.push(record);
+    }
+    this.#aliases = aliases;
+    await this.#pool.callAll(
+      "install",
+      (member) => ({ records: shares.get(member.routingId), scope, aliases: [...aliases] }),
+      signal,
+    );
+  }
+
+  override async restoredPending(): Promise<EpisodeId[]> {
+    const lists = await this.#pool.callAll("restored_pending", () => ({}));
+    return lists.flatMap((list) => list as unknown as EpisodeId[]);
+  }
+
+  override async deleteRestored(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    await this.#pool.callAll("delete_restored", () => ({ episode }), signal);
+  }
+
+  override statusExtra(): Record<string, unknown> {
+    const live = this.#pool.live();
+    return {
+      ...mergeStatusExtras(live.map((member) => this.#latest.get(member.routingId)?.extra ?? {})),
+      workers: live.length,
+      expected_workers: this.#pool.expected,
+      lost_workers: this.#pool.lost.map((lost) => ({ ...lost })),
+      session_aliases: Object.fromEntries(this.#aliases),
+    };
+  }
+}

@@ -1,0 +1,305 @@
+/**
+ * A worker's end of its coordinator: registers, carries out what the coordinator asks of the
+ * worker's own participant, pushes its readiness, hands control calls to the coordinator, and
+ * keeps the routing facts (live workers, aliases) its session router reads.
+ *
+ * @see docs/workers.md
+ */
+import { randomBytes } from "node:crypto";
+import { connect } from "node:net";
+import { pino, type Logger } from "pino";
+import { GymError } from "../../errors.js";
+import { parseEpisodeId, type EpisodeId } from "../../identity/episode-id.js";
+import type { JsonValue } from "../../json/json-value.js";
+import type { Operation } from "../../wire/control.js";
+import type { Manifest, RecordBase } from "../../wire/storage.js";
+import type { CloseAdmissionRequest, Participant } from "../participant.js";
+import { ChannelClosedError, FrameChannel } from "./frame-channel.js";
+import type { JoinState, LostWorker } from "./worker-messages.js";
+
+/** Where a request for a session goes. */
+export type OwnerRoute =
+  | { readonly to: "local" }
+  | { readonly to: "worker"; readonly routingId: string }
+  | { readonly to: "gone"; readonly owner: string };
+
+/** How a worker reaches its coordinator. */
+export interface WorkerLinkOptions {
+  /** The coordinator's socket. */
+  readonly coordinator: string;
+  /** This worker's index, 0-based. */
+  readonly index: number;
+  /** How many workers the server runs. */
+  readonly count: number;
+  /** The directory of the workers' private sockets. */
+  readonly socketDir: string;
+  readonly logger?: Logger;
+}
+
+/** While open, a change is reported at most this often (ms); while closed, at once. */
+const OPEN_REPORT_INTERVAL_MS = 250;
+
+function episodesOf(value: unknown): EpisodeId[] {
+  return (value as unknown[]).map((item) => parseEpisodeId(item));
+}
+
+/**
+ * One worker's link to its coordinator. Build it, build the server with it, then
+ * {@link register} with the server's participant (null with checkpointing off).
+ */
+export class WorkerLink {
+  /** The owner this worker's sessions name: 32 random hex characters, new per process. */
+  readonly routingId = randomBytes(16).toString("hex");
+  readonly index: number;
+  readonly count: number;
+  readonly socketDir: string;
+  readonly #log: Logger;
+  readonly #channel: FrameChannel;
+  #participant: Participant | null = null;
+  #generation = 0;
+  #closed = false;
+  #reportTimer: NodeJS.Timeout | null = null;
+  readonly #calls = new Map<number, AbortController>();
+  #aliases = new Map<string, string>();
+  #workers = new Map<string, number>();
+  /** Every routing ID ever seen live: a request naming one that left is for a gone worker. */
+  readonly #everSeen = new Set<string>();
+  #joined = false;
+  #lost: LostWorker[] = [];
+  #epoch = -1;
+  #stopListeners: (() => void)[] = [];
+
+  private constructor(options: WorkerLinkOptions, channel: (link: WorkerLink) => FrameChannel) {
+    this.index = options.index;
+    this.count = options.count;
+    this.socketDir = options.socketDir;
+    this.#log = options.logger ?? pino({ level: "silent" });
+    this.#channel = channel(this);
+  }
+
+  /** Connects to the coordinator. */
+  static async connect(options: WorkerLinkOptions): Promise<WorkerLink> {
+    const socket = connect(options.coordinator);
+    await new Promise<void>((resolve, reject) => {
+      socket.once("connect", resolve);
+      socket.once("error", reject);
+    });
+    return new WorkerLink(
+      options,
+      (link) => new FrameChannel(socket, (kind, body) => link.#handle(kind, body)),
+    );
+  }
+
+  /** Runs `listener` when the coordinator is gone (the worker should then stop). */
+  onCoordinatorLost(listener: (reason: string) => void): void {
+    this.#channel.onClose(listener);
+  }
+
+  /** Runs `listener` when the coordinator asks this worker to stop (the server is stopping). */
+  onStopRequested(listener: () => void): void {
+    this.#stopListeners.push(listener);
+  }
+
+  /** Registers with the coordinator and adopts its state (closed admission, marks, aliases). */
+  async register(participant: Participant | null): Promise<void> {
+    this.#participant = participant;
+    const join = (await this.#channel.call("register", {
+      index: this.index,
+      pid: process.pid,
+      routing_id: this.routingId,
+    })) as unknown as JoinState;
+    this.#adoptMembership(join.epoch, join.workers, join.lost);
+    this.#aliases = new Map(join.aliases);
+    if (participant !== null) {
+      participant.retired.update(join.marks);
+      participant.onChange = () => this.#scheduleReport();
+      if (!join.accepting) {
+        this.#generation = join.generation;
+        this.#closed = true;
+        await participant.closeAdmission(join.request as unknown as CloseAdmissionRequest);
+      }
+      this.#report();
+    }
+    this.#joined = true;
+  }
+
+  /** Tells the coordinator this worker accepts connections now. */
+  async listening(): Promise<void> {
+    await this.#channel.call("listening");
+  }
+
+  /** Whether every worker of the server has registered and listens. */
+  get allJoined(): boolean {
+    return this.#joined && this.#workers.size >= this.count;
+  }
+
+  /** Workers of this server that exited. */
+  get lostWorkers(): readonly LostWorker[] {
+    return this.#lost;
+  }
+
+  /** How many workers are registered, connected and listening. */
+  get liveWorkers(): number {
+    return this.#workers.size;
+  }
+
+  /** A control call received by this worker, answered by the coordinator. */
+  async dispatch(operation: Operation, body: unknown): Promise<unknown> {
+    try {
+      const call = body === undefined ? { operation } : { operation, body };
+      return await this.#channel.call("control", call, null);
+    } catch (error) {
+      if (error instanceof ChannelClosedError) {
+        throw new GymError(
+          "checkpoint_coordinator_unavailable",
+          `this worker cannot reach the server's checkpoint coordinator: ${error.message}`,
+        );
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Where a request naming `owner` goes: here, another live worker (following the restore's
+   * alias table), or nowhere because that worker is gone. `null` names no session (served
+   * here); `""` is a session cookie of a one-process server, which follows the alias of its
+   * owner-less records. An owner nobody knows (e.g. from before a restart without restore) is
+   * served here.
+   */
+  routeOwner(owner: string | null): OwnerRoute {
+    if (owner === null) return { to: "local" };
+    const target = this.#aliases.get(owner) ?? (owner === "" ? null : owner);
+    if (target === null || target === this.routingId) return { to: "local" };
+    if (this.#workers.has(target)) return { to: "worker", routingId: target };
+    if (this.#everSeen.has(target) || this.#aliases.has(owner))
+      return { to: "gone", owner: target };
+    return { to: "local" };
+  }
+
+  /** The private socket of a worker. */
+  socketOf(routingId: string): string {
+    return `${this.socketDir}/${routingId}.sock`;
+  }
+
+  /** Stops talking to the coordinator (shutdown). */
+  close(): void {
+    if (this.#reportTimer !== null) clearTimeout(this.#reportTimer);
+    this.#channel.close();
+  }
+
+  #adoptMembership(epoch: number, workers: [string, number][], lost: LostWorker[]): void {
+    // The join reply and a later broadcast may be handled in either order.
+    if (epoch <= this.#epoch) return;
+    this.#epoch = epoch;
+    this.#workers = new Map(workers);
+    this.#lost = lost;
+    for (const [routingId] of workers) this.#everSeen.add(routingId);
+  }
+
+  #scheduleReport(): void {
+    if (this.#reportTimer !== null) return;
+    const delay = this.#closed ? 0 : OPEN_REPORT_INTERVAL_MS;
+    this.#reportTimer = setTimeout(() => {
+      this.#reportTimer = null;
+      this.#report();
+    }, delay);
+    this.#reportTimer.unref();
+  }
+
+  #report(): void {
+    const participant = this.#participant;
+    if (participant === null) return;
+    this.#channel.send("report", {
+      generation: this.#generation,
+      report: participant.readiness(),
+      extra: participant.statusExtra(),
+    });
+  }
+
+  #signal(body: Record<string, unknown>): { signal: AbortSignal; done: () => void } {
+    const call = body.call as number;
+    const controller = new AbortController();
+    this.#calls.set(call, controller);
+    return { signal: controller.signal, done: () => this.#calls.delete(call) };
+  }
+
+  #need(): Participant {
+    if (this.#participant === null) throw new Error("this worker takes no part in checkpoints");
+    return this.#participant;
+  }
+
+  async #withSignal<T>(
+    body: Record<string, unknown>,
+    work: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const { signal, done } = this.#signal(body);
+    try {
+      return await work(signal);
+    } finally {
+      done();
+    }
+  }
+
+  #handle(kind: string, value: JsonValue): unknown {
+    const body = (value ?? {}) as Record<string, unknown>;
+    switch (kind) {
+      case "membership":
+        this.#adoptMembership(
+          body.epoch as number,
+          body.workers as [string, number][],
+          body.lost as LostWorker[],
+        );
+        return null;
+      case "stop":
+        for (const listener of this.#stopListeners) listener();
+        return null;
+      case "cancel":
+        this.#calls.get(body.call as number)?.abort(new Error("the coordinator gave up"));
+        return null;
+      case "close":
+        return this.#close(body.request as CloseAdmissionRequest, body.generation as number);
+      case "open":
+        this.#closed = false;
+        this.#generation++;
+        return this.#need().openAdmission();
+      case "mark":
+        return this.#need().markRetired(episodesOf(body.episodes));
+      case "check_forget":
+        return this.#need().checkForget(body.rollout_ids as string[]);
+      case "forget":
+        return this.#need().forget(body.rollout_ids as string[]);
+      case "retire":
+        return this.#withSignal(body, (signal) =>
+          this.#need().retire(parseEpisodeId(body.episode), signal),
+        );
+      case "export":
+        return this.#withSignal(body, (signal) =>
+          this.#need().export(body.scope === null ? null : episodesOf(body.scope), signal),
+        );
+      case "restore_manifest":
+        return this.#need().restoreManifest(body.manifest as Manifest);
+      case "install":
+        this.#aliases = new Map(body.aliases as [string, string][]);
+        return this.#withSignal(body, (signal) =>
+          this.#need().install(body.records as RecordBase[], episodesOf(body.scope), signal),
+        );
+      case "restored_pending":
+        return Promise.resolve(this.#need().restoredPending());
+      case "delete_restored":
+        return this.#withSignal(body, (signal) =>
+          this.#need().deleteRestored(parseEpisodeId(body.episode), signal),
+        );
+      default:
+        throw new Error(`unknown message '${kind}' from the coordinator`);
+    }
+  }
+
+  async #close(request: CloseAdmissionRequest, generation: number): Promise<unknown> {
+    const participant = this.#need();
+    this.#generation = generation;
+    this.#closed = true;
+    await participant.closeAdmission(request);
+    this.#log.debug({ worker: this.index }, "admission closed");
+    return participant.readiness();
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * The reference counter with several workers under `gym serve`: sessions made on every worker
+ * (each request over a fresh connection), a checkpoint of the whole participant, a crash, and a
+ * restore into a different worker count. Every session continues on the worker its old cookie
+ * now leads to (the alias table), with the reward only its restored count can give; the
+ * records name the workers the sessions lived on; stale attempts are refused by every worker.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { killEverything } from "./helpers.js";
+import {
+  CounterDeployment,
+  committedManifest,
+  committedRecords,
+  cookieOwner,
+  postFresh,
+} from "./workers-harness.js";
+
+const SESSIONS = 16;
+const TARGET = 3;
+const dirs: string[] = [];
+
+afterAll(async () => {
+  for (const dir of dirs) {
+    await killEverything(dir, [path.join(dir, "run.json")]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+function seedBody(i: number, attempt = 0): Record<string, unknown> {
+  return {
+    resources_session_id: `s${i}`,
+    episode_id: { rollout_id: `r${i}`, attempt },
+    task_id: { taskset: "t", task_id: String(i) },
+    task_data: { target: TARGET },
+  };
+}
+
+const VERIFY = { responses_create_params: { input: [] }, response: { output: [] } };
+
+/** Seeds fresh sessions (new rollouts) until the cookies have named `count` owners. */
+async function ownersOfLiveWorkers(url: string, count: number): Promise<string[]> {
+  const owners = new Set<string>();
+  for (let probe = 0; owners.size < count && probe < 20 * count; probe++) {
+    const reply = await postFresh(url, `/ng-rollout/probe-${probe}/seed_session`, {
+      episode_id: { rollout_id: `probe-${probe}`, attempt: 0 },
+      task_data: { target: 1 },
+    });
+    expect(reply.status).toBe(200);
+    const owner = cookieOwner(reply.setCookie ?? "");
+    if (owner !== null) owners.add(owner);
+  }
+  return [...owners];
+}
+
+describe.each([
+  [1, 2],
+  [2, 4],
+  [2, 1],
+])("a counter with %i worker(s) restored into %i", { timeout: 240_000 }, (before, after) => {
+  it("continues every session on its owner with the right reward", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), `gym-workers-${before}-${after}-`));
+    dirs.push(dir);
+    const run = new CounterDeployment(dir);
+    await run.serve(before);
+
+    // Consecutive connections go to consecutive workers: the seeds spread over all of them.
+    const cookies: string[] = [];
+    for (let i = 0; i < SESSIONS; i++) {
+      const seeded = await postFresh(run.url, `/ng-rollout/r${i}/seed_session`, seedBody(i));
+      expect(seeded.status, JSON.stringify(seeded.body)).toBe(200);
+      cookies.push(seeded.setCookie ?? "");
+    }
+    for (const [i, cookie] of cookies.entries()) {
+      const incremented = await postFresh(
+        run.url,
+        `/ng-rollout/r${i}/increment_counter`,
+        { count: 1 },
+        { cookie },
+      );
+      expect(incremented.body).toEqual({ success: true });
+    }
+    const ownersBefore = cookies.map(cookieOwner);
+    // One process names no owner (its cookies are unchanged); several spread the sessions.
+    expect(new Set(ownersBefore).size).toBe(before === 1 ? 1 : before);
+    if (before === 1) expect(ownersBefore[0]).toBeNull();
+
+    const checkpointDir = path.join(dir, "checkpoints", "c1");
+    const deadline = (): number => Date.now() / 1000 + 60;
+    const prepared = await run.control("prepare", { checkpoint_id: "c1", deadline_ts: deadline() });
+    expect(prepared.body.phase).toBe("prepared");
+    // Several workers report how many took part; one process reports as it always did.
+    expect((prepared.body.report as { counts: Record<string, number> }).counts.workers).toBe(
+      before === 1 ? undefined : before,
+    );
+    const committed = await run.control("commit", {
+      checkpoint_id: "c1",
+      checkpoint_dir: checkpointDir,
+      deadline_ts: deadline(),
+      episode_ids: null,
+    });
+    expect(committed.status, JSON.stringify(committed.body)).toBe(200);
+
+    const records = committedRecords(checkpointDir, "resources", "counter") as {
+      session_id: string;
+      owner: string | null;
+    }[];
+    expect(records).toHaveLength(SESSIONS);
+    for (const record of records) {
+      const i = Number(record.session_id.slice(1));
+      expect(record.owner).toBe(ownersBefore[i]);
+    }
+    if (before > 1) {
+      const listed = committedManifest(checkpointDir, "resources", "counter").session_owners;
+      expect(listed).toEqual([...new Set(ownersBefore)].sort());
+    }
+
+    await run.crash();
+    await run.serve(after);
+    const scope = Array.from({ length: SESSIONS }, (_, i) => ({ rollout_id: `r${i}`, attempt: 0 }));
+    const restored = await run.control("restore", {
+      checkpoint_id: "c1",
+      checkpoint_dir: checkpointDir,
+      deadline_ts: deadline(),
+      episode_ids: scope,
+    });
+    expect(restored.status, JSON.stringify(restored.body)).toBe(200);
+    if (after > 1) {
+      // Every old owner (a one-process server's sessions as "") leads to a live worker.
+      const status = await run.control("status");
+      expect(status.body.workers).toBe(after);
+      const aliases = status.body.session_aliases as Record<string, string>;
+      expect(Object.keys(aliases).sort()).toEqual(
+        [...new Set(ownersBefore.map((owner) => owner ?? ""))].sort(),
+      );
+    }
+    expect(
+      (await run.control("resume", { checkpoint_id: "c1", deadline_ts: deadline() })).status,
+    ).toBe(200);
+
+    for (let i = 0; i < SESSIONS; i++) {
+      const cookie = cookies[i] ?? "";
+      for (let step = 1; step < TARGET; step++) {
+        const incremented = await postFresh(
+          run.url,
+          `/ng-rollout/r${i}-a1/increment_counter`,
+          { count: 1 },
+          { cookie },
+        );
+        expect(incremented.body, `session ${i}`).toEqual({ success: true });
+      }
+      const verified = await postFresh(run.url, `/ng-rollout/r${i}-a1/verify`, VERIFY, { cookie });
+      expect((verified.body as { reward: number }).reward, `session ${i}`).toBe(1);
+    }
+
+    // Each worker refuses the replaced attempt, whichever one a request reaches.
+    if (after > 1) {
+      const live = await ownersOfLiveWorkers(run.url, after);
+      expect(live).toHaveLength(after);
+      for (const owner of live) {
+        const stale = await postFresh(run.url, "/ng-rollout/r0/seed_session", seedBody(0), {
+          headers: { "x-ng-session-owner": owner },
+        });
+        expect(stale.status).toBe(409);
+        expect((stale.body as { error: { code: string } }).error.code).toBe("stale_attempt");
+      }
+    }
+    await run.stop();
+  });
+});
