@@ -164,3 +164,22 @@ export class CounterDeployment {
     await gym(["stop", "--state", this.stateFile]);
   }
 }
+
+/** The live child processes of `pid` running `script` (a coordinator's workers). */
+export function childPids(pid: number, script = "server-process"): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+      if (Number(fields[1]) === pid && fields[0] !== "Z" && cmdline.includes(script)) {
+        children.push(Number(entry));
+      }
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return children;
+}

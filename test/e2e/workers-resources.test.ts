@@ -9,8 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { killEverything } from "./helpers.js";
+import { gym, killEverything, stateServers, waitFor } from "./helpers.js";
 import {
+  childPids,
   CounterDeployment,
   committedManifest,
   committedRecords,
@@ -167,6 +168,53 @@ describe.each([
         expect((stale.body as { error: { code: string } }).error.code).toBe("stale_attempt");
       }
     }
+    await run.stop();
+  });
+});
+
+describe("a worker that dies", { timeout: 120_000 }, () => {
+  it("shows in health and status, and makes prepare fail with worker_lost naming it", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "gym-workers-lost-"));
+    dirs.push(dir);
+    const run = new CounterDeployment(dir);
+    await run.serve(2);
+    const coordinator = stateServers(run.stateFile)[0]?.pid ?? -1;
+    const workers = childPids(coordinator);
+    expect(workers).toHaveLength(2);
+    const victim = workers[1] ?? -1;
+    process.kill(victim, "SIGKILL");
+
+    // Whichever worker answers says so (the dead one accepts nothing any more).
+    expect(
+      await waitFor(async () => {
+        const res = await fetch(`${run.url}/health`);
+        return (
+          res.status === 503 && ((await res.json()) as { status: string }).status === "worker_lost"
+        );
+      }, 10_000),
+    ).toBe(true);
+    const status = await run.control("status");
+    expect(status.body.lost_workers).toEqual([
+      expect.objectContaining({ pid: victim, exit: "signal SIGKILL" }),
+    ]);
+    expect((status.body.report as { blockers: string[] }).blockers).toContain(
+      "resources-worker-lost",
+    );
+
+    const prepared = await run.control("prepare", {
+      checkpoint_id: "c1",
+      deadline_ts: Date.now() / 1000 + 30,
+    });
+    expect(prepared.status).toBe(409);
+    const error = (prepared.body as { error: { code: string; detail: string } }).error;
+    expect(error.code).toBe("worker_lost");
+    expect(error.detail).toContain(`pid ${victim}`);
+    // Nothing was left half-done: the participant is idle, admission open.
+    expect((await run.control("status")).body.phase).toBe("idle");
+
+    const shown = await gym(["ckpt", "status", "--state", run.stateFile]);
+    expect(shown.stdout).toContain("WORKERS");
+    expect(shown.stdout).toContain(`pid ${victim}`);
     await run.stop();
   });
 });

@@ -166,6 +166,7 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
     clearTimeout(killer);
     await new Promise<void>((resolve) => channelServer.close(() => resolve()));
     await rm(socketDir, { recursive: true, force: true });
+    await prototype.close();
   };
   let stopped: Promise<void> | null = null;
   const address = {
@@ -191,17 +192,22 @@ async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
   const address = await server.listen(args.listen);
   await link.listening();
   let stopped: Promise<void> | null = null;
-  const stop = (): Promise<void> => (stopped ??= server.close().finally(() => link.close()));
+  // A closed worker has nothing left to do: it leaves at once (its cluster channel would
+  // otherwise keep it alive until the coordinator's kill).
+  const stop = (): Promise<void> =>
+    (stopped ??= server.close().finally(() => {
+      link.close();
+      setImmediate(() => process.exit(process.exitCode ?? 0));
+    }));
   // Without its coordinator a worker can neither checkpoint nor route: it stops.
   const leave = (reason: string): void => {
     if (stopped !== null) return;
     logger.error({ reason }, "lost the coordinator: stopping");
-    void stop().finally(() => process.exit(1));
+    process.exitCode = 1;
+    void stop();
   };
   link.onCoordinatorLost(leave);
-  link.onStopRequested(() => {
-    void stop().finally(() => process.exit(0));
-  });
+  link.onStopRequested(() => void stop());
   process.on("disconnect", () => leave("the coordinator process is gone"));
   return { server, address, stop };
 }

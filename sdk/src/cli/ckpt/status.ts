@@ -7,6 +7,18 @@ import { listCell, table } from "../table.js";
 import { printJson, type CkptOptions } from "./common.js";
 import { kindOf, memberNames, withSession } from "./session.js";
 
+/** `live/expected`, and the workers that died, for a multi-worker server; `-` otherwise. */
+function workersCell(reply: Record<string, unknown>): string {
+  if (typeof reply.expected_workers !== "number") return "-";
+  const lost = Array.isArray(reply.lost_workers)
+    ? (reply.lost_workers as { index: number; pid: number; exit: string }[])
+    : [];
+  const live = `${String(reply.workers)}/${reply.expected_workers}`;
+  if (lost.length === 0) return live;
+  const named = lost.map((worker) => `worker ${worker.index} pid ${worker.pid} ${worker.exit}`);
+  return `${live}, LOST: ${named.join("; ")}`;
+}
+
 function leaseCell(expiresAt: number | null): string {
   if (expiresAt === null) return "-";
   const left = expiresAt * 1000 - Date.now();
@@ -30,10 +42,14 @@ export async function statusCommand(options: CkptOptions, io: Io): Promise<numbe
         printJson(io, { servers: replies, not_participants: others });
         return 0;
       }
+      // The WORKERS column appears only when a server runs several workers.
+      const multiWorker = Object.values(replies).some(
+        (reply) => typeof (reply as Record<string, unknown>).expected_workers === "number",
+      );
       const rows = memberNames(session).map((name) => {
         const reply = replies[name];
         if (reply === undefined) return [name, kindOf(session, name), "?"];
-        return [
+        const row = [
           name,
           reply.kind,
           reply.phase,
@@ -46,6 +62,8 @@ export async function statusCommand(options: CkptOptions, io: Io): Promise<numbe
           listCell(reply.report.restarts),
           String(reply.retired_rollouts),
         ];
+        if (multiWorker) row.push(workersCell(reply as Record<string, unknown>));
+        return row;
       });
       for (const name of others) {
         rows.push([
@@ -66,6 +84,7 @@ export async function statusCommand(options: CkptOptions, io: Io): Promise<numbe
             "BLOCKERS",
             "RESTARTS",
             "RETIRED",
+            ...(multiWorker ? ["WORKERS"] : []),
           ],
           rows,
         ),
