@@ -268,12 +268,24 @@ export class CrashRun extends DeploymentRun {
    * `compiled`: the built CLI and the reference servers' `dist/` entrypoints, started by plain
    * Node (faster; needs `npm run build`). Only for variants made of reference servers.
    */
-  constructor(dir: string, variant = "deployment.yaml", options: { compiled?: boolean } = {}) {
+  constructor(
+    dir: string,
+    variant = "deployment.yaml",
+    options: { compiled?: boolean; workers?: number } = {},
+  ) {
     super(dir);
     let text = readFileSync(path.join(REFERENCE, variant), "utf8").replaceAll(
       "entrypoint: ",
       `entrypoint: ${REFERENCE}/`,
     );
+    // Several workers for every server kind that runs them with checkpointing on.
+    const workers = options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1);
+    if (workers > 1) {
+      text = text.replace(
+        /^( +)kind: (environment|agent|resources)$/gm,
+        `$1kind: $2\n$1num_workers: ${workers}`,
+      );
+    }
     if (options.compiled === true) {
       this.compiled = true;
       text = text.replace(/\/src\/index\.ts$/gm, "/dist/index.js");

@@ -149,6 +149,7 @@ export class CounterDeployment {
         ...(body === undefined ? {} : { "content-type": "application/json" }),
       },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      signal: AbortSignal.timeout(60_000),
     });
     return { status: res.status, body: (await res.json()) as Record<string, unknown> };
   }

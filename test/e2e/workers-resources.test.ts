@@ -184,16 +184,27 @@ describe("a worker that dies", { timeout: 120_000 }, () => {
     const victim = workers[1] ?? -1;
     process.kill(victim, "SIGKILL");
 
-    // Whichever worker answers says so (the dead one accepts nothing any more).
+    // Whichever worker answers says so (the dead one accepts nothing any more). Bounded
+    // calls: a connection handed to the worker in the instant it died is never answered.
     expect(
       await waitFor(async () => {
-        const res = await fetch(`${run.url}/health`);
+        const res = await fetch(`${run.url}/health`, { signal: AbortSignal.timeout(2_000) }).catch(
+          () => null,
+        );
+        if (res === null) return false;
         return (
           res.status === 503 && ((await res.json()) as { status: string }).status === "worker_lost"
         );
       }, 10_000),
     ).toBe(true);
-    const status = await run.control("status");
+    // The coordinator names how it ended once the process supervisor reports the exit.
+    let status = await run.control("status");
+    expect(
+      await waitFor(async () => {
+        status = await run.control("status");
+        return JSON.stringify(status.body.lost_workers).includes("signal SIGKILL");
+      }, 10_000),
+    ).toBe(true);
     expect(status.body.lost_workers).toEqual([
       expect.objectContaining({ pid: victim, exit: "signal SIGKILL" }),
     ]);

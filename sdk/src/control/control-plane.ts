@@ -173,6 +173,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   async dispatch(operation: Operation, body: unknown): Promise<unknown> {
     switch (operation) {
       case "status":
+        await this.participant.settled();
         return this.status();
       case "prepare":
         return await this.prepare(parseBody(PrepareRequestSchema, body, operation));

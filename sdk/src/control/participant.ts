@@ -43,6 +43,13 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   /** Called on every {@link notify}, e.g. to forward changes across workers. */
   onChange: (() => void) | null = null;
 
+  /**
+   * Set in each worker of a multi-worker server: before the replacement attempt `key` begins,
+   * fetches the restored record it continues from the coordinator (a no-op when there is none
+   * to claim). The data plane awaits it before its synchronous admission.
+   */
+  claimRestored: ((key: string) => Promise<void>) | null = null;
+
   /** Stops admitting new work and asks running work to park. */
   abstract closeAdmission(request: CloseAdmissionRequest): void | Promise<void>;
   /** Admits again: parked work continues, held responses are delivered. */
@@ -62,6 +69,12 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
     scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void>;
+
+  /**
+   * Resolves once a close or reopen in progress has reached the whole participant; `status`
+   * waits for it. Immediate for one process, whose admission changes synchronously.
+   */
+  settled(): void | Promise<void> {}
 
   /** Cheap readiness check used while a prepare waits. */
   ready(): boolean {
@@ -99,6 +112,21 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   /** Restored episodes whose replacement has not started here, as the continuing attempts. */
   restoredPending(): EpisodeId[] | Promise<EpisodeId[]> {
     return [];
+  }
+
+  /**
+   * The capture key of the replacement attempt that claims `record`, for state that belongs to
+   * one request (an environment episode, a legacy agent `/run`): with several workers, the
+   * coordinator holds it until the worker receiving that request claims it. Null (the default):
+   * the record belongs to a session its cookies route to.
+   */
+  claimKey(_record: R): string | null {
+    return null;
+  }
+
+  /** Installs one claimed restored record into this (serving) participant. */
+  async adoptRestored(_record: R, _signal: AbortSignal): Promise<void> {
+    throw new Error(`a ${this.kind} participant holds no request-scoped records to adopt`);
   }
 
   /** Frees restored state of a replacement that never started, leaving no refusal mark. */

@@ -8,6 +8,7 @@
  * @see docs/agent.md
  * @module
  */
+import type { IncomingMessage } from "node:http";
 import type { Express, Request, Response } from "express";
 import { z } from "zod";
 import { CheckpointStateError, ConfigError, DetailError, EpisodeError } from "../errors.js";
@@ -123,7 +124,7 @@ export abstract class AgentServer<
 
   constructor(options: ServerOptions) {
     super(options);
-    this.#cookie = new AgentSessionCookie(this.name);
+    this.#cookie = new AgentSessionCookie(this.name, this.workerRoutingId);
     this.#sessions = new AgentSessionTable<State>({
       receiptWindowMs: () => this.config.session_close_retry_window_seconds * 1000,
     });
@@ -257,16 +258,11 @@ export abstract class AgentServer<
   // ---- Server wiring -----------------------------------------------------------------------
 
   protected override createParticipant(): AgentParticipant {
-    const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
-    if (workers !== 1) {
-      throw new ConfigError(
-        `server ${this.name}: agent checkpointing requires num_workers=1: sessions live in one process (got ${workers})`,
-      );
-    }
     if (this.#hooksDeclared) {
       this.#sessionParticipant = new AgentSessionParticipant({
         hooks: this.#hooks(),
         sessions: this.#sessions,
+        owner: this.workerRoutingId,
       });
       return this.#sessionParticipant;
     }
@@ -482,6 +478,8 @@ export abstract class AgentServer<
       const steps = passThroughSteps(episode, signal);
       return await this.legacyRun({ body, episode, steps, cookies, signal, req });
     }
+    // With several workers, a restored run waits at the coordinator for its replacement.
+    await participant.claimRestored?.(captureKey(episode));
     const handle = participant.beginLegacyRun(episode, { signal });
     const key = handle.sessionKey;
     let entry = this.#sessions.get(key);
@@ -523,6 +521,11 @@ export abstract class AgentServer<
   }
 
   // ---- Cookies -----------------------------------------------------------------------------
+
+  /** The owner the session marker names, else the `x-ng-session-owner` header's. */
+  protected override sessionOwnerOf(req: IncomingMessage): string | null {
+    return this.#cookie.ownerOf(req.headers.cookie) ?? super.sessionOwnerOf(req);
+  }
 
   #readCookie(req: Request): string | null {
     const id = this.#cookie.read(req);

@@ -151,12 +151,6 @@ export abstract class EnvironmentServer<
       throw new ConfigError(`${new.target.name}.checkpointBoundaries must be true or false`);
     }
     this.checkpointBoundaries = declared;
-    const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
-    if (this.checkpointEnabled && workers !== 1) {
-      throw new ConfigError(
-        `server ${this.name}: environment checkpointing requires num_workers=1 because episodes live in one process (got ${workers})`,
-      );
-    }
   }
 
   /** The environment participant (null with checkpointing off). */
@@ -306,6 +300,8 @@ export abstract class EnvironmentServer<
     const bounds = this.#bounds();
     const deadlineTs =
       bounds.episodeTimeoutS === null ? null : Date.now() / 1000 + bounds.episodeTimeoutS;
+    // With several workers, a restored episode waits at the coordinator for its replacement.
+    await this.#participant?.claimRestored?.(captureKey(episode));
     const admitted: AdmittedEpisode =
       this.#participant === null
         ? unmanaged(episode, requestSignal, deadlineTs)

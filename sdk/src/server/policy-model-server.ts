@@ -143,6 +143,13 @@ export class PolicyModelServer<
       this.#ledger = new CaptureLedger(config.capture_dir, { logger: this.logger });
     }
     if (!config.checkpoint_policy) return null;
+    const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
+    if (workers > 1) {
+      // One gate, one cut round and one ledger across processes are not built yet.
+      throw new ConfigError(
+        `server ${this.name}: policy model checkpointing runs in one process: set num_workers: 1 (got ${workers}), or turn checkpoint_policy off`,
+      );
+    }
     if (config.checkpoint_generation_cuts) {
       this.#cuts = new CutRequester({
         serverName: this.name,

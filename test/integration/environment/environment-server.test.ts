@@ -346,7 +346,7 @@ describe("checkpoints", () => {
 });
 
 describe("startup and checkpointing off", () => {
-  it("refuses num_workers > 1 with checkpointing on", () => {
+  it("builds with num_workers > 1 and checkpointing on (each worker is part of one participant)", () => {
     const deployment = {
       checkpoint: null,
       servers: {
@@ -360,12 +360,8 @@ describe("startup and checkpointing off", () => {
         },
       },
     } as never;
-    expect(() => new Staged({ name: "env", checkpoint: on, deployment, ...silent })).toThrow(
-      ConfigError,
-    );
-    expect(() => new Staged({ name: "env", checkpoint: on, deployment, ...silent })).toThrow(
-      /num_workers=1/,
-    );
+    const env = new Staged({ name: "env", checkpoint: on, deployment, ...silent });
+    expect(env.participant).not.toBeNull();
     expect(() => new Staged({ name: "env", deployment, ...silent })).not.toThrow();
   });
 

@@ -6,8 +6,13 @@
  * @see docs/workers.md
  */
 import type { z } from "zod";
-import { CheckpointError } from "../../errors.js";
-import type { EpisodeId } from "../../identity/episode-id.js";
+import { CheckpointError, EpisodeError } from "../../errors.js";
+import {
+  captureKey,
+  episodeIdToWire,
+  fromCaptureKey,
+  type EpisodeId,
+} from "../../identity/episode-id.js";
 import type { JsonValue } from "../../json/json-value.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
@@ -43,11 +48,17 @@ export class CoordinatedParticipant extends Participant {
   #aliases = new Map<string, string>();
   /** Owners the last restored manifest listed. */
   #restoredOwners: string[] = [];
+  /** Restored request-scoped records no worker claimed yet, by replacement key. */
+  readonly #held = new Map<string, RecordBase>();
+  /** The latest close or open round trip: a status waits for it, as one process never shows a half-closed state. */
+  #round: Promise<void> = Promise.resolve();
+  /** Replacement keys whose request-scoped record a worker claimed since the last restore. */
+  readonly #claimed = new Set<string>();
 
   /**
    * @param pool the server's workers
    * @param prototype a participant built like the workers' that never serves: its kind,
-   *   record schema and pure hooks (`checkCommit`, `commitReply`) answer for all
+   *   record schema and pure hooks (`checkCommit`, `commitReply`, `claimKey`) answer for all
    * @param control runs a control call a worker received (the control plane's dispatcher)
    */
   constructor(
@@ -63,6 +74,7 @@ export class CoordinatedParticipant extends Participant {
     pool.coordinate({
       joinState: () => this.#joinState(),
       report: (member, report) => this.#takeReport(member, report),
+      claim: (key) => this.#claim(key),
       control,
       changed: () => this.notify(),
     });
@@ -89,7 +101,50 @@ export class CoordinatedParticipant extends Participant {
       request: this.#request as unknown as JsonValue,
       marks: [...this.retired.marks()],
       aliases: [...this.#aliases],
+      claims: this.#claimable(),
     };
+  }
+
+  /** The replacement keys whose record the coordinator holds. */
+  #claimable(): string[] {
+    return [...this.#held.keys()];
+  }
+
+  /** Drops the held records of `episode` and every earlier attempt of its rollout. */
+  #dropHeld(episode: EpisodeId): void {
+    for (const key of [...this.#held.keys()]) {
+      const held = fromCaptureKey(key);
+      if (held.rollout_id === episode.rollout_id && held.attempt <= episode.attempt) {
+        this.#held.delete(key);
+      }
+    }
+  }
+
+  /**
+   * Hands the restored record of replacement `key` to the worker that received its request;
+   * answered synchronously, so the reply reaches that worker before any later `close`. Refused
+   * while a checkpoint is open, and for a second worker claiming the same replacement (it runs
+   * on the first, as a duplicate request is refused in one process).
+   */
+  #claim(key: string): unknown {
+    if (!this.#accepting) {
+      throw new EpisodeError(
+        "admission_closed",
+        `episode ${key} cannot start while a checkpoint is open or a restore awaits its resume; retry after resume`,
+        key,
+      );
+    }
+    if (this.#claimed.has(key)) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `episode ${key} already continues on another worker of this server`,
+      );
+    }
+    const record = this.#held.get(key);
+    if (record === undefined) return null;
+    this.#held.delete(key);
+    this.#claimed.add(key);
+    return record;
   }
 
   #takeReport(member: Member, message: WorkerReport): void {
@@ -98,6 +153,15 @@ export class CoordinatedParticipant extends Participant {
     if (message.generation !== this.#generation) return;
     latest.report = message.report;
     this.notify();
+  }
+
+  override async settled(): Promise<void> {
+    // A round may start while an earlier one is awaited: wait until none is left running.
+    let round: Promise<void>;
+    do {
+      round = this.#round;
+      await round;
+    } while (round !== this.#round);
   }
 
   override checkMembership(operation: "prepare" | "commit" | "restore"): void {
@@ -122,7 +186,12 @@ export class CoordinatedParticipant extends Participant {
     const generation = ++this.#generation;
     for (const latest of this.#latest.values()) latest.report = null;
     const members = this.#pool.live();
-    const reports = await this.#pool.callAll("close", () => ({ request, generation }));
+    const round = this.#pool.callAll("close", () => ({ request, generation }));
+    this.#round = round.then(
+      () => undefined,
+      () => undefined,
+    );
+    const reports = await round;
     members.forEach((member, i) => {
       const latest = this.#latestOf(member);
       if (this.#generation === generation && latest.report === null) {
@@ -135,9 +204,19 @@ export class CoordinatedParticipant extends Participant {
   override async openAdmission(): Promise<void> {
     this.#accepting = true;
     this.#request = null;
-    this.#generation++;
+    const generation = ++this.#generation;
+    for (const latest of this.#latest.values()) latest.report = null;
     // A worker that cannot be reached serves nothing: reopening the others is what matters.
-    await this.#pool.tellAll("open");
+    const round = this.#pool.tellAll("open", { generation });
+    this.#round = round.then(() => undefined);
+    const replies = await round;
+    for (const [member, reply] of replies) {
+      const latest = this.#latestOf(member);
+      if (this.#generation === generation && latest.report === null && reply !== undefined) {
+        latest.report = reply as unknown as PrepareReport;
+      }
+    }
+    this.notify();
   }
 
   override readiness(): PrepareReport {
@@ -168,15 +247,25 @@ export class CoordinatedParticipant extends Participant {
   }
 
   override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    this.#dropHeld(episode);
     await this.#pool.callAll("retire", () => ({ episode }), signal);
   }
 
+  /** Every worker's records, and the restored records no worker claimed (exported again). */
   override async export(
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
   ): Promise<RecordBase[]> {
+    // Claims are refused while closed: the held records cannot move during the export. Each is
+    // exported as its replacement's, as one process exports a restored episode not yet begun.
+    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const held: RecordBase[] = [];
+    for (const [key, record] of this.#held) {
+      if (inScope !== null && !inScope.has(key)) continue;
+      held.push({ ...record, episode_id: episodeIdToWire(fromCaptureKey(key)) } as RecordBase);
+    }
     const parts = await this.#pool.callAll("export", () => ({ scope }), signal);
-    return parts.flatMap((part) => part as unknown as RecordBase[]);
+    return [...parts.flatMap((part) => part as unknown as RecordBase[]), ...held];
   }
 
   override checkCommit(scope: readonly EpisodeId[] | null): void {
@@ -212,8 +301,14 @@ export class CoordinatedParticipant extends Participant {
     scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void> {
+    // Request-scoped records wait here for the worker that receives their replacement.
+    const held = records.filter((record) => this.#prototype.claimKey(record) !== null);
+    const placed = records.filter((record) => this.#prototype.claimKey(record) === null);
+    this.#held.clear();
+    this.#claimed.clear();
+    for (const record of held) this.#held.set(this.#prototype.claimKey(record)!, record);
     const counts = new Map<string, number>(this.#restoredOwners.map((owner) => [owner, 0]));
-    for (const record of records) {
+    for (const record of placed) {
       const owner = ownerOfRecord(record);
       counts.set(owner, (counts.get(owner) ?? 0) + 1);
     }
@@ -223,30 +318,37 @@ export class CoordinatedParticipant extends Participant {
       members.map((member) => member.routingId),
     );
     const shares = new Map<string, RecordBase[]>(members.map((member) => [member.routingId, []]));
-    for (const record of records) {
+    for (const record of placed) {
       shares.get(aliases.get(ownerOfRecord(record))!)!.push(record);
     }
     this.#aliases = aliases;
+    const claims = this.#claimable();
     await this.#pool.callAll(
       "install",
-      (member) => ({ records: shares.get(member.routingId), scope, aliases: [...aliases] }),
+      (member) => ({ records: shares.get(member.routingId), scope, aliases: [...aliases], claims }),
       signal,
     );
   }
 
   override async restoredPending(): Promise<EpisodeId[]> {
     const lists = await this.#pool.callAll("restored_pending", () => ({}));
-    return lists.flatMap((list) => list as unknown as EpisodeId[]);
+    const held = [...this.#held.keys()].map(fromCaptureKey);
+    return [...lists.flatMap((list) => list as unknown as EpisodeId[]), ...held];
   }
 
   override async deleteRestored(episode: EpisodeId, signal: AbortSignal): Promise<void> {
+    this.#dropHeld(episode);
     await this.#pool.callAll("delete_restored", () => ({ episode }), signal);
   }
 
   override statusExtra(): Record<string, unknown> {
     const live = this.#pool.live();
     return {
-      ...mergeStatusExtras(live.map((member) => this.#latest.get(member.routingId)?.extra ?? {})),
+      ...mergeStatusExtras([
+        ...live.map((member) => this.#latest.get(member.routingId)?.extra ?? {}),
+        // The held records are restored episodes not yet begun, as one process lists them.
+        ...(this.#held.size > 0 ? [{ restored_pending: [...this.#held.keys()] }] : []),
+      ]),
       workers: live.length,
       expected_workers: this.#pool.expected,
       lost_workers: this.#pool.lost.map((lost) => ({ ...lost })),

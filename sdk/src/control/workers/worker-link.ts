@@ -67,6 +67,10 @@ export class WorkerLink {
   #joined = false;
   #lost: LostWorker[] = [];
   #epoch = -1;
+  /** Replacement keys whose restored record waits at the coordinator. */
+  #claimable = new Set<string>();
+  /** Claims on their way: a close waits for them, so what they bring is exported. */
+  readonly #pendingClaims = new Set<Promise<void>>();
   #stopListeners: (() => void)[] = [];
 
   private constructor(options: WorkerLinkOptions, channel: (link: WorkerLink) => FrameChannel) {
@@ -110,11 +114,13 @@ export class WorkerLink {
     })) as unknown as JoinState;
     this.#adoptMembership(join.epoch, join.workers, join.lost);
     this.#aliases = new Map(join.aliases);
+    this.#claimable = new Set(join.claims);
     if (participant !== null) {
+      participant.claimRestored = (key) => this.#claim(participant, key);
       participant.retired.update(join.marks);
       participant.onChange = () => this.#scheduleReport();
+      this.#generation = join.generation;
       if (!join.accepting) {
-        this.#generation = join.generation;
         this.#closed = true;
         await participant.closeAdmission(join.request as unknown as CloseAdmissionRequest);
       }
@@ -259,9 +265,7 @@ export class WorkerLink {
       case "close":
         return this.#close(body.request as CloseAdmissionRequest, body.generation as number);
       case "open":
-        this.#closed = false;
-        this.#generation++;
-        return this.#need().openAdmission();
+        return this.#open(body.generation as number);
       case "mark":
         return this.#need().markRetired(episodesOf(body.episodes));
       case "check_forget":
@@ -280,6 +284,7 @@ export class WorkerLink {
         return this.#need().restoreManifest(body.manifest as Manifest);
       case "install":
         this.#aliases = new Map(body.aliases as [string, string][]);
+        this.#claimable = new Set(body.claims as string[]);
         return this.#withSignal(body, (signal) =>
           this.#need().install(body.records as RecordBase[], episodesOf(body.scope), signal),
         );
@@ -294,8 +299,40 @@ export class WorkerLink {
     }
   }
 
+  /** Fetches the restored record of replacement `key` from the coordinator and adopts it. */
+  async #claim(participant: Participant, key: string): Promise<void> {
+    if (!this.#claimable.has(key)) return;
+    const claiming = (async () => {
+      const record = await this.#channel.call("claim", { key });
+      this.#claimable.delete(key);
+      if (record !== null) {
+        await participant.adoptRestored(
+          record as unknown as RecordBase,
+          new AbortController().signal,
+        );
+      }
+    })();
+    this.#pendingClaims.add(claiming);
+    try {
+      await claiming;
+    } finally {
+      this.#pendingClaims.delete(claiming);
+    }
+  }
+
+  /** Reopens and answers with the readiness of the new generation (status reads it). */
+  async #open(generation: number): Promise<unknown> {
+    const participant = this.#need();
+    this.#closed = false;
+    this.#generation = generation;
+    await participant.openAdmission();
+    return participant.readiness();
+  }
+
   async #close(request: CloseAdmissionRequest, generation: number): Promise<unknown> {
     const participant = this.#need();
+    // A claim answered before this close must be adopted first, or the export would miss it.
+    await Promise.allSettled([...this.#pendingClaims]);
     this.#generation = generation;
     this.#closed = true;
     await participant.closeAdmission(request);

@@ -1,6 +1,6 @@
 /**
  * The messages between a multi-worker server's coordinator and its workers (over a
- * `FrameChannel`). Worker → coordinator: `register`, `listening`, `report`, `control`. Coordinator →
+ * `FrameChannel`). Worker → coordinator: `register`, `listening`, `report`, `control`, `claim`. Coordinator →
  * worker: `close`, `open`, `mark`, `check_forget`, `forget`, `retire`, `export`,
  * `restore_manifest`, `install`, `restored_pending`, `delete_restored`, `cancel`, `membership`,
  * `stop`.
@@ -40,6 +40,8 @@ export interface JoinState {
   readonly marks: [string, number][];
   /** Old owner → live worker routing ID. */
   readonly aliases: [string, string][];
+  /** Replacement keys whose restored record the coordinator holds until one worker claims it. */
+  readonly claims: string[];
   /** The membership's version: a worker keeps the newest it has seen. */
   readonly epoch: number;
   /** Live workers: `[routing_id, index]`. */

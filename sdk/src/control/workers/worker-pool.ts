@@ -28,6 +28,8 @@ export interface PoolCoordination {
   joinState(): Omit<JoinState, "workers" | "lost" | "epoch">;
   /** A worker's readiness report arrived. */
   report(member: Member, report: WorkerReport): void;
+  /** A worker claims the restored record of a replacement (answered synchronously). */
+  claim(key: string): unknown;
   /** A control call received by a worker. */
   control(operation: string, body: unknown): Promise<unknown>;
   /** Membership changed (a worker joined or left). */
@@ -79,6 +81,11 @@ export class WorkerPool {
         case "register": {
           member = this.#register(body as unknown as RegisterMessage, channel);
           return this.#joinState() as unknown as JsonValue;
+        }
+        case "claim": {
+          if (this.#coordination === null) return null;
+          // Answered before the next message is read: see FrameChannel.
+          return this.#coordination.claim((body as { key: string }).key);
         }
         case "listening":
           if (member !== null) {
@@ -175,15 +182,21 @@ export class WorkerPool {
     });
   }
 
-  /** Sends `kind` to every live worker and waits; a worker that fails is only logged. */
-  async tellAll(kind: string, body: object = {}): Promise<void> {
-    await Promise.all(
-      this.live().map((member) =>
+  /**
+   * Sends `kind` to every live worker and waits; a worker that fails is only logged (its
+   * answer is then undefined).
+   */
+  async tellAll(kind: string, body: object = {}): Promise<[Member, JsonValue | undefined][]> {
+    const members = this.live();
+    const answers = await Promise.all(
+      members.map((member) =>
         member.channel.call(kind, body, null).catch((error: unknown) => {
           this.#log.warn({ err: error, worker: member.index }, `'${kind}' failed on a worker`);
+          return undefined;
         }),
       ),
     );
+    return members.map((member, i) => [member, answers[i]]);
   }
 
   #lose(lost: LostWorker): void {
@@ -218,6 +231,7 @@ export class WorkerPool {
       request: null,
       marks: [],
       aliases: [],
+      claims: [],
       ...this.#coordination?.joinState(),
       epoch: this.#epoch,
       workers: this.#membership(),

@@ -22,6 +22,11 @@ export const AgentSessionRecordSchema = recordSchema({
   boundary: JsonPayloadSchema.nullable(),
   /** Legacy `/run` only: the run's latest episode boundary; null for native sessions. */
   episode: JsonPayloadSchema.nullable(),
+  /**
+   * The worker of a multi-worker server whose cookies name this native session (a restore
+   * places the session with its owner's others); absent for one process and for legacy runs.
+   */
+  owner: z.string().min(1).optional(),
 });
 /** One stored agent session. */
 export type AgentSessionRecord = z.infer<typeof AgentSessionRecordSchema>;

@@ -146,6 +146,11 @@ export interface AgentSessionParticipantOptions {
    * @default a table of the participant's own
    */
   readonly sessions?: AgentSessionTable<unknown>;
+  /**
+   * The worker whose cookies name the native sessions seeded here, recorded as their records'
+   * `owner`. @default null (one process)
+   */
+  readonly owner?: string | null;
 }
 
 /**
@@ -197,7 +202,13 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     super();
     this.#hooks = options.hooks;
     this.#table = options.sessions ?? new AgentSessionTable({ receiptWindowMs: () => 0 });
+    this.#owner = options.owner ?? null;
   }
+
+  /** The routing owner of native sessions seeded here (null with one worker). */
+  readonly #owner: string | null;
+  /** Restored native sessions' owners: a record keeps the owner its cookies name. */
+  readonly #restoredOwners = new Map<string, string>();
 
   /** Whether agent admission is open (no checkpoint). */
   get accepting(): boolean {
@@ -624,12 +635,16 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       // value that is not JSON fails the commit with 422 naming the episode and the path
       // (`$.session…`, `$.boundary…`; see docs/storage.md).
       const session = states[s.key] as JsonValue;
+      const owner = isLegacySessionKey(s.key)
+        ? null
+        : (this.#restoredOwners.get(s.key) ?? this.#owner);
       return Object.freeze({
         episode_id: episodeIdToWire(s.episode) as AgentSessionRecord["episode_id"],
         session_key: s.key,
         session,
         boundary,
         episode,
+        ...(owner === null ? {} : { owner }),
       });
     });
   }
@@ -645,12 +660,35 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         "agent restore requires a process with no live sessions or seeds; restore into a fresh process",
       );
     }
+    refuseDuplicateRecords(records, (r) => r.session_key, "agent session");
+    await this.#installRecords(records, signal);
+  }
+
+  /** A legacy `/run`'s record is claimed by the replacement `/run`; native ones are routed. */
+  override claimKey(stored: AgentSessionRecord): string | null {
+    if (!isLegacySessionKey(stored.session_key)) return null;
+    return captureKey(nextAttempt(parseEpisodeId(stored.episode_id)));
+  }
+
+  override async adoptRestored(stored: AgentSessionRecord, signal: AbortSignal): Promise<void> {
+    if (this.has(stored.session_key) || this.#legacyRestored.has(stored.session_key)) {
+      throw new CheckpointError(
+        "checkpoint_error",
+        `agent session ${stored.session_key} is already held by this worker`,
+      );
+    }
+    await this.#installRecords([stored], signal);
+  }
+
+  async #installRecords(
+    records: readonly AgentSessionRecord[],
+    signal: AbortSignal,
+  ): Promise<void> {
     const sessions = records.map((r) => ({
       sessionKey: r.session_key,
       episodeId: nextAttempt(parseEpisodeId(r.episode_id)),
       session: r.session,
     }));
-    refuseDuplicateRecords(records, (r) => r.session_key, "agent session");
     if (sessions.length > 0) await this.#hooks.restoreAgentSessions({ sessions, signal });
     records.forEach((r, i) => {
       const { sessionKey, episodeId } = sessions[i] as (typeof sessions)[number];
@@ -660,6 +698,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       s.parkRequested = !this.#accepting;
       this.#track(s);
       if (r.episode !== null) this.#legacyRestored.set(sessionKey, r.episode);
+      if (r.owner !== undefined) this.#restoredOwners.set(sessionKey, r.owner);
     });
     this.#changed();
   }

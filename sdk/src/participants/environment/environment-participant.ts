@@ -265,6 +265,22 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     this.notify();
   }
 
+  /** An episode record is claimed by its replacement's `/run`. */
+  override claimKey(stored: EnvironmentRecord): string {
+    return captureKey(nextAttempt(parseEpisodeId(stored.episode_id)));
+  }
+
+  override async adoptRestored(stored: EnvironmentRecord, _signal: AbortSignal): Promise<void> {
+    const next = nextAttempt(parseEpisodeId(stored.episode_id));
+    this.#restored.set(next, {
+      episode: next,
+      taskDigest: stored.task_digest,
+      boundary: stored.boundary,
+    });
+    this.notify();
+    return Promise.resolve();
+  }
+
   override restoredPending(): EpisodeId[] {
     return [...this.#restored.keys()].sort(compareStrings).map((key) => fromCaptureKey(key));
   }

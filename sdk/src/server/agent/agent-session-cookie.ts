@@ -1,7 +1,11 @@
 import { createHash } from "node:crypto";
 import type { Request, Response } from "express";
 import { parseCookieHeader } from "../../util/cookies.js";
-import { decodeSessionCookie, encodeSessionCookie } from "../resources/session-cookie.js";
+import {
+  decodeSessionCookie,
+  encodeSessionCookie,
+  sessionOwnerFromCookies,
+} from "../resources/session-cookie.js";
 
 /**
  * The signed cookie binding a client to an agent session (it carries the
@@ -11,10 +15,18 @@ import { decodeSessionCookie, encodeSessionCookie } from "../resources/session-c
 export class AgentSessionCookie {
   readonly name: string;
   readonly #key: Buffer;
+  readonly #owner: string | null;
 
-  constructor(serverName: string) {
+  /** @param owner the worker whose cookies name its sessions (null: one process) */
+  constructor(serverName: string, owner: string | null = null) {
     this.name = `agent_session___${serverName}`;
     this.#key = createHash("sha256").update(`gym-agent-session:${serverName}`).digest();
+    this.#owner = owner;
+  }
+
+  /** The owner a raw cookie header's marker names (`""`: none), or null without a valid one. */
+  ownerOf(cookieHeader: string | undefined): string | null {
+    return sessionOwnerFromCookies(cookieHeader, this.name, this.#key);
   }
 
   /**
@@ -31,7 +43,7 @@ export class AgentSessionCookie {
   set(res: Response, sessionId: string): void {
     res.append(
       "Set-Cookie",
-      `${this.name}=${encodeSessionCookie(sessionId, this.#key)}; Path=/; HttpOnly; SameSite=Lax`,
+      `${this.name}=${encodeSessionCookie(sessionId, this.#key, this.#owner)}; Path=/; HttpOnly; SameSite=Lax`,
     );
   }
 }

@@ -110,11 +110,11 @@ export function encodeSessionCookie(
 export function sessionOwnerFromCookies(
   header: string | undefined,
   cookieName: string,
-  secret: string = cookieName,
+  secret: string | Buffer = cookieName,
 ): string | null {
   const raw = readCookie(header, cookieName);
   if (raw === null) return null;
-  const payload = decodePayload(raw, sessionKey(secret));
+  const payload = decodePayload(raw, typeof secret === "string" ? sessionKey(secret) : secret);
   return payload === null ? null : (payload.owner ?? "");
 }
 
