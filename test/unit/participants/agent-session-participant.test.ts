@@ -314,6 +314,7 @@ describe("snapshots and export", () => {
         session: { state: "of a" },
         boundary: { at: 1 },
         episode: null,
+        owner: null,
       },
     ]);
     expect(latest).toHaveBeenCalledTimes(1);
@@ -700,6 +701,7 @@ describe("restore", () => {
       session: { state: `of ${key}` },
       boundary,
       episode,
+      owner: null,
     }) as AgentSessionRecord;
 
   it("installs each record under its next attempt, with its boundary as the continuation", async () => {
@@ -774,6 +776,7 @@ describe("restore", () => {
         session: { state: "of a" },
         boundary: { step: 3 },
         episode: null,
+        owner: null,
       },
     ]);
     await cp.resume({ checkpoint_id: "c1", deadline_ts: soon() });

@@ -75,6 +75,7 @@ const record: AgentSessionRecord = {
   session: {},
   boundary: null,
   episode: null,
+  owner: null,
 };
 
 describe("RestartOnlyAgentParticipant readiness", () => {

@@ -51,6 +51,7 @@ const CASES: [string, z.ZodType<RecordBase>, Record<string, fc.Arbitrary<unknown
       session: payload,
       boundary: payload,
       episode: payload,
+      owner: fc.option(fc.string()),
     },
   ],
   ["environment", EnvironmentRecordSchema, { task_digest: hex, boundary: payload }],
@@ -125,6 +126,7 @@ describe("parseDecodedRecord", () => {
         session: { turns: [] },
         boundary: null,
         episode: null,
+        owner: null,
       }),
     ) as Record<string, unknown>;
     const id = episodeIdFromWire(agent.episode_id) as RecordBase["episode_id"];

@@ -24,9 +24,9 @@ export const AgentSessionRecordSchema = recordSchema({
   episode: JsonPayloadSchema.nullable(),
   /**
    * The worker of a multi-worker server whose cookies name this native session (a restore
-   * places the session with its owner's others); absent for one process and for legacy runs.
+   * places the session with its owner's others); null for one process and for legacy runs.
    */
-  owner: z.string().min(1).optional(),
+  owner: z.string().nullable().default(null),
 });
 /** One stored agent session. */
 export type AgentSessionRecord = z.infer<typeof AgentSessionRecordSchema>;

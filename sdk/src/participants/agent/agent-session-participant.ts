@@ -644,7 +644,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         session,
         boundary,
         episode,
-        ...(owner === null ? {} : { owner }),
+        owner,
       });
     });
   }
@@ -698,7 +698,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       s.parkRequested = !this.#accepting;
       this.#track(s);
       if (r.episode !== null) this.#legacyRestored.set(sessionKey, r.episode);
-      if (r.owner !== undefined) this.#restoredOwners.set(sessionKey, r.owner);
+      if (r.owner !== null) this.#restoredOwners.set(sessionKey, r.owner);
     });
     this.#changed();
   }

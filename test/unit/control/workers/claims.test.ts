@@ -13,7 +13,10 @@ import { FrameChannel } from "#sdk/control/workers/frame-channel.js";
 import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
-import { EnvironmentParticipant } from "#sdk/participants/environment/environment-participant.js";
+import {
+  EnvironmentParticipant,
+  EnvironmentRecordSchema,
+} from "#sdk/participants/environment/environment-participant.js";
 import { taskDigest } from "#sdk/participants/environment/task-digest.js";
 import { prepareReport } from "#sdk/wire/control.js";
 
@@ -60,11 +63,11 @@ async function coordinator(count: number): Promise<{
   return { participant, workers };
 }
 
-const stored = {
+const stored = EnvironmentRecordSchema.parse({
   episode_id: { rollout_id: "r", attempt: 0 },
   task_digest: taskDigest(TASK),
   boundary: { stage: 2 },
-};
+});
 
 describe("claims of request-scoped records", () => {
   it("hands the record to exactly one of two workers claiming it at once", async () => {
