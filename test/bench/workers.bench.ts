@@ -6,7 +6,7 @@
  * how the requests spread over the worker processes, and the ratio 2 workers / 1 worker
  * measured in this run. Asserts nothing.
  *
- *   npm run bench:workers [-- --requests 400 --concurrency 16 --iterations 20000 --runs 3]
+ *   npm run bench:workers [-- --requests 200 --concurrency 16 --iterations 100000 --runs 3]
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -20,9 +20,9 @@ function arg(name: string, fallback: number): number {
   return at >= 0 ? Number(process.argv[at + 1]) : fallback;
 }
 
-const REQUESTS = arg("requests", 400);
+const REQUESTS = arg("requests", 200);
 const CONCURRENCY = arg("concurrency", 16);
-const ITERATIONS = arg("iterations", 20_000);
+const ITERATIONS = arg("iterations", 100_000);
 const RUNS = arg("runs", 3);
 const SERVER = fileURLToPath(new URL("../fixtures/servers/cpu-bound.ts", import.meta.url));
 
