@@ -49,6 +49,13 @@ export interface ServerClientOptions {
    * failed a dozen. @default 60_000
    */
   readonly connectTimeoutMs?: number;
+  /**
+   * Extra headers on every call to the named servers (a call's own headers win). A worker of a
+   * multi-worker server names itself in `x-ng-session-owner` on calls to its own server, so a
+   * self-call within one request (an agent's legacy `/run`) reaches the same process.
+   * @default none
+   */
+  readonly serverHeaders?: Readonly<Record<string, Readonly<Record<string, string>>>>;
 }
 
 interface CompiledOptions {
@@ -123,12 +130,14 @@ export interface CallReply<T> {
 export class ServerClient {
   readonly deployment: ResolvedDeployment;
   readonly #options: CompiledOptions;
+  readonly #serverHeaders: Readonly<Record<string, Readonly<Record<string, string>>>>;
   readonly #data: Agent;
   readonly #control: Agent;
 
   constructor(deployment: ResolvedDeployment, options: ServerClientOptions = {}) {
     this.deployment = deployment;
     this.#options = compile(options);
+    this.#serverHeaders = options.serverHeaders ?? {};
     const connect = { timeout: this.#options.connectTimeoutMs };
     const resourceOrigins = new Set(
       Object.values(deployment.servers)
@@ -339,6 +348,7 @@ export class ServerClient {
         signal,
         headers: {
           ...(call.body === null ? {} : { "content-type": "application/json" }),
+          ...this.#serverHeaders[server],
           ...call.headers,
         },
         body: call.body,

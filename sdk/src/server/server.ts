@@ -232,7 +232,15 @@ export class Server<Config = unknown> {
 
   /** A client reaching the other servers of the deployment by name (built on first use). */
   get client(): ServerClient {
-    this.#client ??= new ServerClient(this.#deployment, this.#clientOptions);
+    // A worker's calls to its own server come back to it (see SESSION_OWNER_HEADER).
+    const self =
+      this.#worker === null
+        ? {}
+        : { [this.name]: { [SESSION_OWNER_HEADER]: this.#worker.routingId } };
+    this.#client ??= new ServerClient(this.#deployment, {
+      ...this.#clientOptions,
+      serverHeaders: { ...self, ...this.#clientOptions.serverHeaders },
+    });
     return this.#client;
   }
 
