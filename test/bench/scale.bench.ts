@@ -6,7 +6,7 @@
  * checks the contract (every rollout finished before the checkpoint or was exported; every
  * exported one completes after the restore). Figures only: nothing here asserts on time.
  */
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
@@ -24,12 +24,24 @@ const options = new Command("bench:scale")
     0,
   )
   .option(
+    "--workers <n>",
+    "worker processes of every environment, agent and resources server (num_workers; default 1)",
+    (v) => Number.parseInt(v, 10),
+    1,
+  )
+  .option(
     "--cleanup-timeout <seconds>",
     "the environments' cleanup_timeout_seconds (default: 30 s + 10 ms per rollout)",
     (v) => Number.parseFloat(v),
   )
   .parse()
-  .opts<{ rollouts: number; dir?: string; cleanupTimeout?: number; quickEvery: number }>();
+  .opts<{
+    rollouts: number;
+    dir?: string;
+    cleanupTimeout?: number;
+    quickEvery: number;
+    workers: number;
+  }>();
 // Every rollout is sent at once: on two cores a session close queues behind thousands of others,
 // so the bound on cleanup calls grows with the load (it is there to catch a hung server).
 const cleanupTimeout = options.cleanupTimeout ?? 30 + options.rollouts / 100;
@@ -37,6 +49,14 @@ const cleanupTimeout = options.cleanupTimeout ?? 30 + options.rollouts / 100;
 const KINDS = ["environment", "model", "agent", "resources"] as const;
 const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
 const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
+if (options.workers > 1) {
+  // The model server stays one process: its checkpointing runs in one (docs/workers.md).
+  const text = readFileSync(run.deploymentFile, "utf8").replace(
+    /^( +)kind: (environment|agent|resources)$/gm,
+    `$1kind: $2\n$1num_workers: ${options.workers}`,
+  );
+  writeFileSync(run.deploymentFile, text);
+}
 let last = 0;
 let lastStage = "";
 try {
@@ -55,6 +75,7 @@ try {
   const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
   const rows: [string, string][] = [
     ["rollouts", String(report.rollouts)],
+    ["workers per environment, agent and resources server", String(options.workers)],
     ["cleanup_timeout_seconds", String(cleanupTimeout)],
     ["in flight at the checkpoint", String(report.inFlight)],
     ["exported", String(report.exported)],
