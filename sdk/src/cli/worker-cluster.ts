@@ -22,6 +22,7 @@ import { WorkerPool } from "../control/workers/worker-pool.js";
 import type { Operation } from "../wire/control.js";
 import type { ServerOptions } from "../server/server.js";
 import { resolveCheckpointSettings } from "../server/server.js";
+import { isProcessAlive } from "./processes.js";
 import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
 
 /** How long stopping waits for the workers before killing them (ms). */
@@ -69,17 +70,8 @@ async function removeStaleSocketDirs(base: string): Promise<void> {
     const match = /^ng-(\d+)-/.exec(name);
     if (match === null) continue;
     const pid = Number(match[1]);
-    if (pid === process.pid || isAlive(pid)) continue;
+    if (pid === process.pid || isProcessAlive(pid)) continue;
     await rm(path.join(base, name), { recursive: true, force: true }).catch(() => undefined);
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
