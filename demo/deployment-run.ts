@@ -25,6 +25,8 @@ export class DeploymentRun {
   readonly env: NodeJS.ProcessEnv;
   /** Run the built CLI and servers (see {@link CommandOptions.compiled}). */
   protected compiled = false;
+  /** Extra `gym serve` flags (e.g. a longer `--health-timeout` for many processes). */
+  protected serveFlags: string[] = [];
   #deployment: ResolvedDeployment | null = null;
   #client: ServerClient | null = null;
 
@@ -69,7 +71,15 @@ export class DeploymentRun {
   async serve(options: { readonly afterCrash?: boolean } = {}): Promise<void> {
     const only = options.afterCrash === true ? ["--only", this.gymServers().join(",")] : [];
     const served = await gym(
-      ["serve", this.deploymentFile, "--detach", "--state", this.stateFile, ...only],
+      [
+        "serve",
+        this.deploymentFile,
+        "--detach",
+        "--state",
+        this.stateFile,
+        ...only,
+        ...this.serveFlags,
+      ],
       { env: this.env, timeoutMs: 120_000, compiled: this.compiled },
     );
     if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}${served.stdout}`);

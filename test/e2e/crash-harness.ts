@@ -281,12 +281,15 @@ export class CrashRun extends DeploymentRun {
     // Several workers for every server kind that runs them with checkpointing on.
     const workers = options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1);
     if (workers > 1) {
+      // Three processes per server start at once: the built CLI and servers start in about half
+      // the time, and a loaded CI machine gets longer to see every worker healthy.
+      this.serveFlags = ["--health-timeout", "120s"];
       text = text.replace(
         /^( +)kind: (environment|agent|resources)$/gm,
         `$1kind: $2\n$1num_workers: ${workers}`,
       );
     }
-    if (options.compiled === true) {
+    if (options.compiled === true || workers > 1) {
       this.compiled = true;
       text = text.replace(/\/src\/index\.ts$/gm, "/dist/index.js");
     }
