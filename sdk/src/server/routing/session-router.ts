@@ -24,7 +24,7 @@ export interface OwnerDirectory {
   socketOf(routingId: string): string;
 }
 
-/** Headers that belong to one connection, not to the request (RFC 9110 §7.6.1). */
+/** Headers that belong to one connection, not to the request: never passed on. */
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
