@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { commit, prepare, type Participants } from "#sdk/client/coordination.js";
+import { commit, prepare, status, type Participants } from "#sdk/client/coordination.js";
 import type { CommitReply } from "#sdk/wire/storage.js";
 import {
   CrashRun,
@@ -57,6 +57,8 @@ const stateless = new Rollout("counter_env", counterTask(episodeId("no-counter-s
 const held = [counter, weather, twice, again, stateless];
 const first = new Map<string, PendingRun>();
 /** The model call each held rollout was in at the first checkpoint. */
+/** Worker processes per participant server (read now: the workers variant unsets it after import). */
+const WORKERS = Number(process.env.GYM_E2E_NUM_WORKERS ?? 1);
 const cutCalls = new Map<string, BackendCall>();
 /** Calls before the first crash, by capture key. */
 const before = new Map<string, BackendCall[]>();
@@ -103,6 +105,13 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
   it("checkpoints rollouts held in their second model call while one finishes its verify", async () => {
     await run.serve();
     participants = await run.participants();
+    // Run with several workers (crash-continue-workers), every participant, the model's
+    // included, answers for all of them.
+    const counts = Object.values(await status(participants, 10_000)).map(
+      (reply) => (reply as { workers?: number }).workers ?? 1,
+    );
+    expect(counts).toEqual(counts.map(() => WORKERS));
+    expect(counts).toHaveLength(6);
     await run.script(scriptOf([...held, finishing]));
     await run.hold({ after_calls_per_rollout: 1 });
     for (const rollout of held) first.set(rollout.id, run.start(rollout));

@@ -278,14 +278,14 @@ export class CrashRun extends DeploymentRun {
       "entrypoint: ",
       `entrypoint: ${REFERENCE}/`,
     );
-    // Several workers for every server kind that runs them with checkpointing on.
+    // Several workers for every participant kind (the inference backend stays one process).
     const workers = options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1);
     if (workers > 1) {
       // Three processes per server start at once: the built CLI and servers start in about half
       // the time, and a loaded CI machine gets longer to see every worker healthy.
       this.serveFlags = ["--health-timeout", "120s"];
       text = text.replace(
-        /^( +)kind: (environment|agent|resources)$/gm,
+        /^( +)kind: (environment|agent|resources|model)$/gm,
         `$1kind: $2\n$1num_workers: ${workers}`,
       );
     }

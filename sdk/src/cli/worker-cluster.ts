@@ -94,9 +94,12 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
   const settings = resolveCheckpointSettings(options.checkpoint);
   const participant = settings.enabled ? participantOf(prototype) : null;
   if (participant !== null) {
-    const coordinated = new CoordinatedParticipant(pool, participant, async (operation, body) => {
-      return await controlPlane!.dispatch(operation as Operation, body);
-    });
+    const control = async (operation: string, body: unknown): Promise<unknown> =>
+      await controlPlane!.dispatch(operation as Operation, body);
+    // A participant whose workers share state (the model's ledger) brings its own coordinator.
+    const coordinated =
+      participant.coordinatorFor(pool, control) ??
+      new CoordinatedParticipant(pool, participant, control);
     controlPlane = new ControlPlane(coordinated, {
       instance: options.name,
       leaseGraceSeconds: settings.lease_grace_seconds,

@@ -7,6 +7,7 @@ import type {
   RestoreRequest,
 } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { WorkerPool } from "./workers/worker-pool.js";
 import { deferred } from "../util/deferred.js";
 import { RetiredAttempts } from "./retired-attempts.js";
 
@@ -151,6 +152,26 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
 
   /** Reads back {@link manifestExtra} fields before install. */
   restoreManifest(_manifest: Manifest): void | Promise<void> {}
+
+  /**
+   * Multi-worker, in a worker: answers a message of this participant's own from the server's
+   * coordinator (one the worker's link does not handle itself).
+   */
+  workerMessage(kind: string, _body: Record<string, unknown>, _signal: AbortSignal): unknown {
+    throw new Error(`unknown message '${kind}' from the coordinator`);
+  }
+
+  /**
+   * Multi-worker, in the coordinator: the participant that answers for every worker, built
+   * from this never-serving one. Null (the default): the generic coordinated participant,
+   * which gathers each worker's own export and installs each worker's share.
+   */
+  coordinatorFor(
+    _pool: WorkerPool,
+    _control: (operation: string, body: unknown) => Promise<unknown>,
+  ): Participant | null {
+    return null;
+  }
 
   /** Frees out-of-process compute held by exported state after a durable `stop` commit. */
   async parkExported(_records: readonly R[]): Promise<void> {}

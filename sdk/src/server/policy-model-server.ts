@@ -20,7 +20,11 @@ import { CommitCoordsSchema } from "../capture/records.js";
 import { ConfigError, DetailError, EpisodeError, InvalidRequestError } from "../errors.js";
 import type { EpisodeId } from "../identity/episode-id.js";
 import type { Ticket } from "../participants/model/policy-gate.js";
-import { PolicyParticipant } from "../participants/model/policy-participant.js";
+import {
+  PolicyParticipant,
+  type PolicyLedgerHook,
+} from "../participants/model/policy-participant.js";
+import type { CutService } from "../participants/model/cut-service.js";
 import type { CutClaim } from "../participants/model/restored-cuts.js";
 import { bearerAuth } from "./bearer-auth.js";
 import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
@@ -71,6 +75,9 @@ export interface GenerateInput {
   readonly body: Record<string, unknown>;
   readonly signal: AbortSignal;
 }
+
+/** A worker's stand-in cut service: its participant replaces it by its coordinator's round. */
+const NO_CUTS: CutService = { cut: async () => new Map() };
 
 /** The prefix of the ledger control routes. */
 export const LEDGER_CONTROL_PREFIX = "/training-token-capture/control";
@@ -139,18 +146,20 @@ export class PolicyModelServer<
 
   protected override createParticipant(): PolicyParticipant | null {
     const config = this.config;
-    if (config.capture_dir !== null) {
-      this.#ledger = new CaptureLedger(config.capture_dir, { logger: this.logger });
+    const ledgerAt = (hook: PolicyLedgerHook | null): CaptureLedger | null =>
+      config.capture_dir === null
+        ? null
+        : new CaptureLedger(config.capture_dir, {
+            logger: this.logger,
+            beforeUse: hook?.beforeUse,
+          });
+    if (!config.checkpoint_policy) {
+      this.#ledger = ledgerAt(null);
+      return null;
     }
-    if (!config.checkpoint_policy) return null;
-    const workers = this.deployment.servers[this.name]?.num_workers ?? 1;
-    if (workers > 1) {
-      // One gate, one cut round and one ledger across processes are not built yet.
-      throw new ConfigError(
-        `server ${this.name}: policy model checkpointing runs in one process: set num_workers: 1 (got ${workers}), or turn checkpoint_policy off`,
-      );
-    }
-    if (config.checkpoint_generation_cuts) {
+    // A worker of several: its coordinator owns what the workers share (see docs/workers.md).
+    const coordinator = this.workerLink?.request ?? null;
+    if (config.checkpoint_generation_cuts && coordinator === null) {
       this.#cuts = new CutRequester({
         serverName: this.name,
         token: this.checkpointSettings.control_auth_token ?? "",
@@ -159,15 +168,19 @@ export class PolicyModelServer<
         logger: this.logger,
       });
     }
-    const cuts = this.#cuts;
-    this.#participant = new PolicyParticipant({
-      ledger: this.#ledger,
-      cutRound: cuts === null ? null : (tickets, deadline) => cuts.run(tickets, deadline),
+    const participant = new PolicyParticipant({
+      ledger: null,
+      cuts: config.checkpoint_generation_cuts ? (this.#cuts ?? NO_CUTS) : null,
       onCheckpoint: (id) => {
         this.#checkpointId = id;
       },
+      coordinator,
+      logger: this.logger,
     });
-    return this.#participant;
+    this.#ledger = ledgerAt(participant.ledgerHook);
+    participant.attachLedger(this.#ledger);
+    this.#participant = participant;
+    return participant;
   }
 
   protected override routes(): readonly DataRoute[] {
@@ -246,7 +259,7 @@ export class PolicyModelServer<
           if (ticket !== null) {
             ticket.capture = { modelCallId, requestItems: items };
             if (ticket.restartReason === null && participant !== null) {
-              claim = participant.restoredCuts.take(key, requestDigest, modelCallId);
+              claim = await participant.claimCut(key, requestDigest, modelCallId);
               if (claim !== null) {
                 admission = { ...admission, generation_cut: claim.record.continuation };
               }
@@ -290,7 +303,7 @@ export class PolicyModelServer<
       throw error;
     } finally {
       if (claim !== null && participant !== null) {
-        participant.restoredCuts.settle(claim, ticket?.responseStarted ?? false);
+        participant.settleCut(claim, ticket?.responseStarted ?? false);
       }
       if (ticket !== null) participant?.gate.exit(ticket);
     }

@@ -287,6 +287,11 @@ export class Server<Config = unknown> {
     return typeof named === "string" && named.length > 0 ? named : null;
   }
 
+  /** This worker's link to its coordinator, or null when the server runs as one process. */
+  protected get workerLink(): WorkerLink | null {
+    return this.#worker;
+  }
+
   /** The routing ID of this worker process, or null when the server runs as one process. */
   protected get workerRoutingId(): string | null {
     return this.#worker?.routingId ?? null;

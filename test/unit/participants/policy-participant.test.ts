@@ -26,6 +26,7 @@ import type { CutRecord } from "#sdk/participants/model/restored-cuts.js";
 import { deferred } from "#sdk/util/deferred.js";
 import type { PrepareRequest } from "#sdk/wire/control.js";
 import { custodyRow, listDir, plant } from "../capture-ledger/helpers.js";
+import { capture, cutOf, cutRound, itemsOf, onWorker } from "../../support/policy-calls.js";
 import {
   commitReq,
   eps,
@@ -86,36 +87,6 @@ function prepareReq(id = "c1"): PrepareRequest {
   return { checkpoint_id: id, deadline_ts: inSeconds(30) };
 }
 
-/** The request items of call `id` (what a restored cut's request digest covers). */
-function itemsOf(id: string): unknown[] {
-  return [{ role: "user", content: `question of ${id}` }];
-}
-
-/** Gives `ticket` the capture context of call `id`. */
-function capture(ticket: Ticket, id: string): Ticket {
-  ticket.capture = { modelCallId: id, requestItems: itemsOf(id) };
-  return ticket;
-}
-
-/** A generation cut record of call `id` of `key`, as the cut round builds it. */
-function cutOf(id: string, key: string, stagingKeys = [`__generation_cut__/${id}`]): CutRecord {
-  return {
-    model_call_id: id,
-    request_digest: conversationDigest(itemsOf(id)),
-    continuation: {
-      schema_version: 2,
-      source_capture_key: key,
-      source_model_call_id: id,
-      staging_keys: stagingKeys,
-      prefix_token_count: 7,
-      prefix_digest: "b".repeat(64),
-      effective_output_limit: 128,
-      terminal_finish_reason: null,
-      terminal_stop_reason: null,
-    },
-  };
-}
-
 function record(e: EpisodeId, rows: LedgerRow[], cuts: CutRecord[] = []): ModelRecord {
   return { episode_id: e, rows, generation_cuts: cuts } as unknown as ModelRecord;
 }
@@ -125,27 +96,6 @@ function failureRow(id: string): LedgerRow {
 }
 
 /** A cut round stub: each ticket on a worker gets the cut `cuts[model call ID]`, if any. */
-function cutRound(cuts: Record<string, CutRecord>) {
-  const rounds: string[][] = [];
-  const run = async (tickets: readonly Ticket[]): Promise<void> => {
-    rounds.push(tickets.map((t) => t.capture?.modelCallId ?? "").sort());
-    for (const t of tickets) {
-      const id = t.capture?.modelCallId ?? "";
-      const cut = cuts[id];
-      t.cut = { disposition: cut === undefined ? "durable_failure" : "durable_prefix" };
-      if (cut !== undefined) t.cutRecord = cut;
-    }
-  };
-  return { run, rounds };
-}
-
-/** Admits a call of `e` as call `id`, already on a worker. */
-async function onWorker(p: PolicyParticipant, e: EpisodeId | null, id: string): Promise<Ticket> {
-  const t = capture(await p.gate.admit(e), id);
-  t.backend = "http://w0:8000/v1";
-  return t;
-}
-
 /** Runs a call to the end: delivers its response, then leaves. */
 async function finish(p: PolicyParticipant, t: Ticket): Promise<void> {
   await p.gate.deliver(t);
@@ -240,7 +190,7 @@ describe("PolicyParticipant readiness", () => {
 
   it("counts cut, cut_failed and cut_skipped from the tickets of a cut round", async () => {
     const round = cutRound({ "c-a": cutOf("c-a", "a") });
-    const p = participant({ cutRound: round.run });
+    const p = participant({ cuts: round.service });
     await onWorker(p, episodeId("a", 0), "c-a");
     await onWorker(p, episodeId("b", 0), "c-b");
     const constrained = await onWorker(p, episodeId("c", 0), "c-c");
@@ -261,7 +211,12 @@ describe("PolicyParticipant readiness", () => {
     const seen: string[] = [];
     const p = participant({
       onCheckpoint: (id) => seen.push(`checkpoint ${id}`),
-      cutRound: async () => void seen.push("cut round"),
+      cuts: {
+        cut: async () => {
+          seen.push("cut round");
+          return new Map();
+        },
+      },
     });
     await onWorker(p, r0, "c1");
     await p.closeAdmission(prepareReq("ck-7"));
@@ -364,7 +319,7 @@ describe("PolicyParticipant export", () => {
       early: cutOf("early", "q"),
       done: cutOf("done", "s"),
     });
-    const p = participant({ cutRound: round.run });
+    const p = participant({ cuts: round.service });
     vi.setSystemTime(1_000_000);
     await onWorker(p, r0, "old");
     vi.setSystemTime(2_000_000);
@@ -387,7 +342,7 @@ describe("PolicyParticipant export", () => {
 
   it("exports a restored cut nobody consumed, unless a live cut of the key replaces it", async () => {
     const round = cutRound({ live: cutOf("live", "q-a1") });
-    const p = participant({ cutRound: round.run });
+    const p = participant({ cuts: round.service });
     await p.install(
       [record(r0, [], [cutOf("restored-r", "r")]), record(q0, [], [cutOf("restored-q", "q")])],
       [r0, q0],
@@ -585,7 +540,7 @@ async function readFileText(name: string): Promise<string> {
 describe("PolicyParticipant through commit and restore", () => {
   it("commits rows minus undelivered calls plus the latest cut, and a fresh server restores them", async () => {
     const round = cutRound({ c2: cutOf("c2", "r") });
-    const a = participant({ cutRound: round.run });
+    const a = participant({ cuts: round.service });
     const ledgerA = a.ledger as CaptureLedger;
     const cpA = plane(a);
     await ledgerA.record("r", custodyRow("c1", "r"));
@@ -932,7 +887,7 @@ describe("PolicyParticipant restored cuts", () => {
 
   it("a claimed cut whose call is still undelivered at the next checkpoint is exported again if its own cut fails", async () => {
     const round = cutRound({}); // every cut fails
-    const p = await restoredWithCut({ cutRound: round.run });
+    const p = await restoredWithCut({ cuts: round.service });
     const claim = p.restoredCuts.take("r-a1", conversationDigest(itemsOf("c2")), "c2");
     const call = await onWorker(p, r1, "c2");
     await p.closeAdmission(prepareReq());
@@ -948,7 +903,7 @@ describe("PolicyParticipant restored cuts", () => {
   it("after a cut round the newest cut replaces the restored cut; an undelivered call leaves the newer cut to its retry", async () => {
     const newer = cutOf("c2", "r-a1", ["__generation_cut__/r-a1/c2"]);
     const round = cutRound({ c2: newer, other: cutOf("other", "q") });
-    const p = await restoredWithCut({ cutRound: round.run });
+    const p = await restoredWithCut({ cuts: round.service });
     const digest = conversationDigest(itemsOf("c2"));
     const claim = p.restoredCuts.take("r-a1", digest, "c2");
     const call = await onWorker(p, r1, "c2");
@@ -971,7 +926,7 @@ describe("PolicyParticipant restored cuts", () => {
   it("after a cut round replaced the restored cut, the claiming call's delivered response frees the newer cut", async () => {
     const newer = cutOf("c2", "r-a1", ["__generation_cut__/r-a1/c2"]);
     const round = cutRound({ c2: newer });
-    const p = await restoredWithCut({ cutRound: round.run });
+    const p = await restoredWithCut({ cuts: round.service });
     const claim = p.restoredCuts.take("r-a1", conversationDigest(itemsOf("c2")), "c2");
     const call = await onWorker(p, r1, "c2");
     const cp = plane(p);

@@ -44,6 +44,11 @@ import { stampRows } from "./stamp.js";
 export interface CaptureLedgerOptions {
   /** Where discarded late rows are reported (warn level). @default no logging */
   readonly logger?: Pick<Logger, "warn"> | null;
+  /**
+   * Runs before any operation on `keys`, outside the locks: a worker of a multi-worker model
+   * server asks its coordinator here to write the files a restore deferred for them.
+   */
+  readonly beforeUse?: ((keys: readonly string[]) => Promise<void>) | null;
 }
 
 /** What a retire or delete batch did: keys whose ledger it removed, and the others. */
@@ -119,6 +124,7 @@ function isCode(error: unknown, code: string): boolean {
 export class CaptureLedger {
   readonly #dir: string;
   readonly #logger: Pick<Logger, "warn"> | null;
+  readonly #beforeUse: ((keys: readonly string[]) => Promise<void>) | null;
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
   readonly #deferred = new DeferredFileWork();
@@ -130,6 +136,7 @@ export class CaptureLedger {
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
     this.#dir = dir;
     this.#logger = options.logger ?? null;
+    this.#beforeUse = options.beforeUse ?? null;
   }
 
   /** The ledger directory. */
@@ -434,6 +441,15 @@ export class CaptureLedger {
     return await this.#run([key], async () => await this.#exists(key, "started"));
   }
 
+  /**
+   * Runs the file work an import deferred for `keys` now (the coordinator of a multi-worker
+   * model server does, when a worker is about to use them).
+   */
+  async settleKeys(keys: readonly string[]): Promise<void> {
+    for (const key of keys) ledgerEpisode(key);
+    await this.#run(keys, async () => undefined);
+  }
+
   /** How many keys still have file work an import deferred. */
   get deferredKeyCount(): number {
     return this.#deferred.size;
@@ -511,6 +527,7 @@ export class CaptureLedger {
    */
   async #run<T>(keys: Iterable<string>, fn: () => Promise<T>): Promise<T> {
     const unique = [...new Set(keys)];
+    await this.#beforeUse?.(unique);
     return await this.#locks.run(unique, async () => {
       await this.#settle(unique);
       return await fn();

@@ -76,9 +76,31 @@ export class CoordinatedParticipant extends Participant {
       report: (member, report) => this.#takeReport(member, report),
       claim: (key) => this.#claim(key),
       control,
-      changed: () => this.notify(),
+      message: (member, kind, body) => this.onWorkerMessage(member, kind, body),
+      changed: () => {
+        this.onMembershipChanged();
+        this.notify();
+      },
     });
   }
+
+  /** The server's workers. */
+  protected get pool(): WorkerPool {
+    return this.#pool;
+  }
+
+  /** Whether admission is open (no checkpoint or restore in progress). */
+  protected get accepting(): boolean {
+    return this.#accepting;
+  }
+
+  /** Answers a worker's message of its participant's own; the generic one knows none. */
+  protected onWorkerMessage(_member: Member, kind: string, _body: JsonValue): unknown {
+    throw new Error(`unknown message '${kind}' from a worker`);
+  }
+
+  /** A worker joined or left. */
+  protected onMembershipChanged(): void {}
 
   /** The blocker prefix of this kind (`policy` for the model, as its own blockers). */
   get #prefix(): string {

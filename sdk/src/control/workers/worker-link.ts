@@ -166,6 +166,25 @@ export class WorkerLink {
   }
 
   /**
+   * Sends a message of the participant's own to the coordinator and waits for its answer (no
+   * time limit: the coordinator bounds what it waits for).
+   * @throws GymError `checkpoint_coordinator_unavailable` when the coordinator is gone
+   */
+  readonly request = async (kind: string, body: JsonValue): Promise<JsonValue> => {
+    try {
+      return await this.#channel.call(kind, body, null);
+    } catch (error) {
+      if (error instanceof ChannelClosedError) {
+        throw new GymError(
+          "checkpoint_coordinator_unavailable",
+          `this worker cannot reach the server's checkpoint coordinator: ${error.message}`,
+        );
+      }
+      throw error;
+    }
+  };
+
+  /**
    * Where a request naming `owner` goes: here, another live worker (following the restore's
    * alias table), or nowhere because that worker is gone. `null` names no session (served
    * here); `""` is a session cookie of a one-process server, which follows the alias of its
@@ -295,7 +314,9 @@ export class WorkerLink {
           this.#need().deleteRestored(parseEpisodeId(body.episode), signal),
         );
       default:
-        throw new Error(`unknown message '${kind}' from the coordinator`);
+        return this.#withSignal(body, async (signal) =>
+          this.#need().workerMessage(kind, body, signal),
+        );
     }
   }
 

@@ -32,6 +32,8 @@ export interface PoolCoordination {
   claim(key: string): unknown;
   /** A control call received by a worker. */
   control(operation: string, body: unknown): Promise<unknown>;
+  /** Any other message of a worker (its participant's own). */
+  message(member: Member, kind: string, body: JsonValue): unknown;
   /** Membership changed (a worker joined or left). */
   changed(): void;
 }
@@ -106,7 +108,10 @@ export class WorkerPool {
           return this.#coordination.control(call.operation, "body" in call ? call.body : undefined);
         }
         default:
-          throw new Error(`unknown message '${kind}' from a worker`);
+          if (member === null || this.#coordination === null) {
+            throw new Error(`unknown message '${kind}' from a worker`);
+          }
+          return this.#coordination.message(member, kind, body);
       }
     });
     channel.onClose(() => {

@@ -273,7 +273,8 @@ export class PolicyGate {
       const onWorker = [...this.#tickets].filter(
         (t) => t.backend !== null && t.undeliveredCallId !== null && t.restartReason === null,
       );
-      if (onWorker.length > 0) await this.#cutRound(onWorker, deadlineTs);
+      // Run even with no calls: a worker of several hands in its (empty) share of the round.
+      await this.#cutRound(onWorker, deadlineTs);
     }
   }
 

@@ -9,6 +9,7 @@
 import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { z } from "zod";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
+import type { Logger } from "pino";
 import { CheckpointError } from "../../errors.js";
 import {
   captureKey,
@@ -24,8 +25,18 @@ import type { CaptureLedger } from "../../capture/ledger/capture-ledger.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { isPlainRecord } from "../../util/plain-record.js";
 import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
-import { PolicyGate, type Ticket } from "./policy-gate.js";
-import { RestoredCuts, type CutRecord } from "./restored-cuts.js";
+import type { Participant as ParticipantBase } from "../../control/participant.js";
+import type { WorkerPool } from "../../control/workers/worker-pool.js";
+import { cutTickets, type CutService } from "./cut-service.js";
+import { CoordinatedPolicyParticipant } from "./coordinated-policy.js";
+import { PolicyGate } from "./policy-gate.js";
+import {
+  UnsettledLedgerKeys,
+  WorkerCutClaims,
+  coordinatorCutService,
+  type CoordinatorRequest,
+} from "./policy-worker.js";
+import { RestoredCuts, type CutClaim, type CutRecord } from "./restored-cuts.js";
 
 /** The blocker a streaming untagged call is reported as (it has no capture key). */
 export const UNTAGGED_BLOCKER = "(untagged)";
@@ -65,13 +76,36 @@ export interface PolicyParticipantOptions {
   /** The capture ledger; null when token capture is off (nothing is exported). */
   readonly ledger: CaptureLedger | null;
   /**
-   * The cut round run inside prepare; null: generation cuts off. Receives the calls already
-   * on a worker and the prepare's deadline.
+   * Cuts the calls already on an inference worker while a prepare closes admission; null:
+   * generation cuts off. In a worker of a multi-worker server it is replaced by the round the
+   * coordinator runs for every worker.
    */
-  readonly cutRound?:
-    ((tickets: readonly Ticket[], deadlineTs: number | null) => Promise<void>) | null;
+  readonly cuts?: CutService | null;
   /** Told the checkpoint ID of each prepare, before its cut round. */
   readonly onCheckpoint?: (checkpointId: string) => void;
+  /**
+   * Set in each worker of a multi-worker model server: how it reaches the server's coordinator,
+   * which owns what the workers share (the ledger's restore and retire, the restored cuts, the
+   * cut round). The ledger must then be built with {@link PolicyParticipant.ledgerHook}.
+   */
+  readonly coordinator?: CoordinatorRequest | null;
+  /** Where a worker logs what it could not ask of its coordinator. */
+  readonly logger?: Pick<Logger, "warn"> | null;
+}
+
+/** What one worker tells its coordinator a commit exports (see {@link PolicyParticipant.snapshot}). */
+export interface PolicySnapshot {
+  /** Model call IDs of admitted calls whose response has not started. */
+  readonly undelivered: string[];
+  /** The newest cut per key among undelivered calls: `[key, admitted at, record]`. */
+  readonly cuts: [string, number, CutRecord][];
+  /** Restored cuts claimed by calls still running: `[key, record]`. */
+  readonly claimed: [string, CutRecord][];
+}
+
+/** The ledger hook a worker's ledger is built with: restored keys are written by the coordinator first. */
+export interface PolicyLedgerHook {
+  readonly beforeUse: (keys: readonly string[]) => Promise<void>;
 }
 
 /**
@@ -87,35 +121,129 @@ export interface PolicyParticipantOptions {
  *   and later attempts, imports the rows stamped with their source key, holds the cuts for the
  *   targets, and retires the source attempts' ledgers.
  * - **Retire** stops the calls of the attempt and earlier ones, then retires their ledgers.
+ * - **Several workers** (`coordinator` set): each worker runs its own gate and joins one cut
+ *   round per prepare; the coordinator's participant ({@link coordinatorFor}) exports and
+ *   imports the shared ledger, retires its files, and holds the restored cuts, which a worker
+ *   claims when a call of their key arrives.
  */
 export class PolicyParticipant extends Participant<ModelRecord> {
   readonly kind = "model" as const;
   readonly recordSchema = ModelRecordSchema;
   readonly gate: PolicyGate;
   readonly restoredCuts = new RestoredCuts();
-  readonly #ledger: CaptureLedger | null;
+  /** Cuts in-flight calls at prepare; null: generation cuts off. */
+  readonly cuts: CutService | null;
+  #ledger: CaptureLedger | null;
   readonly #onCheckpoint: ((checkpointId: string) => void) | null;
+  /** In a worker: the restored cuts its coordinator holds, and the ledger keys it still owes. */
+  readonly #worker: { readonly cuts: WorkerCutClaims; readonly ledger: UnsettledLedgerKeys } | null;
 
   constructor(options: PolicyParticipantOptions) {
     super();
     this.#ledger = options.ledger;
     this.#onCheckpoint = options.onCheckpoint ?? null;
-    const cutRound = options.cutRound ?? null;
+    const coordinator = options.coordinator ?? null;
+    this.#worker =
+      coordinator === null
+        ? null
+        : {
+            cuts: new WorkerCutClaims(coordinator, options.logger ?? null),
+            ledger: new UnsettledLedgerKeys(coordinator),
+          };
+    const cuts = options.cuts ?? null;
+    this.cuts = cuts === null || coordinator === null ? cuts : coordinatorCutService(coordinator);
+    const service = this.cuts;
     this.gate = new PolicyGate({
       retired: this.retired,
       onChange: () => this.notify(),
       onTargetStarted: async (key) => {
         await this.#ledger?.markStarted(key);
       },
-      ...(cutRound === null
+      ...(service === null
         ? {}
         : {
             cutRound: async (tickets, deadlineTs) => {
-              await cutRound(tickets, deadlineTs);
+              await cutTickets(service, tickets, deadlineTs);
               this.#newestCutsReplaceRestored();
             },
           }),
     });
+  }
+
+  /**
+   * In a worker, the hook its capture ledger is built with (see {@link PolicyParticipantOptions.coordinator});
+   * null in one process.
+   */
+  get ledgerHook(): PolicyLedgerHook | null {
+    return this.#worker === null ? null : { beforeUse: this.#worker.ledger.beforeUse };
+  }
+
+  /** Attaches the capture ledger after construction (a worker's is built with {@link ledgerHook}). */
+  attachLedger(ledger: CaptureLedger | null): void {
+    this.#ledger = ledger;
+  }
+
+  /** Whether this participant is one worker of several. */
+  get isWorker(): boolean {
+    return this.#worker !== null;
+  }
+
+  /**
+   * Claims the restored cut of `key` for a call whose request digest is `requestDigest`;
+   * settle the claim with {@link settleCut} when the call leaves. Null when none matches.
+   */
+  async claimCut(
+    key: string,
+    requestDigest: string,
+    modelCallId: string,
+  ): Promise<CutClaim | null> {
+    if (this.#worker !== null) return await this.#worker.cuts.take(key, requestDigest, modelCallId);
+    return this.restoredCuts.take(key, requestDigest, modelCallId);
+  }
+
+  /** Settles a claim of {@link claimCut} when its call leaves. */
+  settleCut(claim: CutClaim, responseStarted: boolean): void {
+    if (this.#worker !== null) this.#worker.cuts.settle(claim, responseStarted);
+    else this.restoredCuts.settle(claim, responseStarted);
+  }
+
+  override coordinatorFor(
+    pool: WorkerPool,
+    control: (operation: string, body: unknown) => Promise<unknown>,
+  ): ParticipantBase {
+    return new CoordinatedPolicyParticipant(pool, this, control);
+  }
+
+  /** In a worker: what a commit exports from it (its undelivered calls and their cuts). */
+  snapshot(): PolicySnapshot {
+    return {
+      undelivered: [...this.gate.undeliveredCallIds()],
+      cuts: [...this.#latestCutsAt()].map(([key, { at, record }]) => [key, at, record]),
+      claimed: this.#worker?.cuts.claimed() ?? [],
+    };
+  }
+
+  override workerMessage(kind: string, body: Record<string, unknown>): unknown {
+    const worker = this.#worker;
+    if (worker === null) return super.workerMessage(kind, body, new AbortController().signal);
+    switch (kind) {
+      case "policy_snapshot":
+        return this.snapshot();
+      case "policy_check_fresh":
+        this.#refuseServed();
+        return null;
+      case "policy_restored": {
+        const targets = body.targets as string[];
+        for (const key of [...this.gate.restoredTargets]) this.gate.restoredTargets.delete(key);
+        for (const key of targets) this.gate.restoredTargets.add(key);
+        worker.ledger.adopt(targets);
+        worker.cuts.adopt(body.cut_keys as string[]);
+        this.notify();
+        return null;
+      }
+      default:
+        return super.workerMessage(kind, body, new AbortController().signal);
+    }
   }
 
   /** The capture ledger, or null. */
@@ -159,7 +287,12 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   }
 
   override statusExtra(): Record<string, unknown> {
-    return { restored_generation_cuts: this.restoredCuts.keys() };
+    // A worker lists the cuts its running calls claimed; its coordinator adds the ones it holds.
+    const keys =
+      this.#worker === null
+        ? this.restoredCuts.keys()
+        : this.#worker.cuts.claimed().map(([key]) => key);
+    return { restored_generation_cuts: keys };
   }
 
   override checkCommit(scope: readonly EpisodeId[] | null): void {
@@ -172,19 +305,44 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   }
 
   override async export(scope: readonly EpisodeId[] | null): Promise<ModelRecord[]> {
+    if (this.#worker !== null)
+      throw new Error("a model server worker exports through its coordinator");
+    return await this.exportFrom(scope, [this.snapshot()], this.restoredCuts);
+  }
+
+  /**
+   * The records of `scope` from the ledger, leaving out the undelivered calls of `snapshots`
+   * (one per process serving calls) and adding each episode's newest cut, or else the restored
+   * cut nobody consumed (`restored`, then a claim still running).
+   */
+  async exportFrom(
+    scope: readonly EpisodeId[] | null,
+    snapshots: readonly PolicySnapshot[],
+    restored: RestoredCuts,
+  ): Promise<ModelRecord[]> {
     this.checkCommit(scope);
     if (scope === null) return [];
     const ledger = this.#ledger;
     if (ledger === null) return [];
-    const undelivered = this.gate.undeliveredCallIds();
-    const latest = this.#latestCuts();
+    const undelivered = new Set<string>();
+    const newest = new Map<string, { at: number; record: CutRecord }>();
+    const claimed = new Map<string, CutRecord>();
+    for (const snapshot of snapshots) {
+      for (const id of snapshot.undelivered) undelivered.add(id);
+      for (const [key, at, record] of snapshot.cuts) {
+        const current = newest.get(key);
+        if (current === undefined || at > current.at) newest.set(key, { at, record });
+      }
+      for (const [key, record] of snapshot.claimed) claimed.set(key, record);
+    }
+    const latest = new Map([...newest].map(([key, { record }]) => [key, record]));
     const records: ModelRecord[] = [];
     const keys = scope.map(captureKey);
     const rowsOf = await ledger.exportRowsOf(keys, undelivered);
     for (const [i, episode] of scope.entries()) {
       const key = keys[i] as string;
       const rows = rowsOf[i] ?? [];
-      const cut = latest.get(key) ?? this.restoredCuts.get(key);
+      const cut = latest.get(key) ?? restored.get(key) ?? claimed.get(key);
       const cuts = cut === undefined ? [] : [cut];
       if (rows.length === 0 && cuts.length === 0) continue;
       records.push(
@@ -216,16 +374,22 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     return { staging_keys: [...all].sort(), staging_keys_by_episode: byEpisode };
   }
 
-  override async install(
-    records: readonly ModelRecord[],
-    scope: readonly EpisodeId[],
-  ): Promise<void> {
+  #refuseServed(): void {
     if (this.gate.served) {
       throw new CheckpointError(
         "checkpoint_error",
         "model restore requires a freshly started model server; this one has served calls",
       );
     }
+  }
+
+  override async install(
+    records: readonly ModelRecord[],
+    scope: readonly EpisodeId[],
+  ): Promise<void> {
+    if (this.#worker !== null)
+      throw new Error("a model server worker restores through its coordinator");
+    this.#refuseServed();
     const ledger = this.#ledger;
     if (records.length > 0 && ledger === null) {
       throw new CheckpointError(
@@ -282,6 +446,12 @@ export class PolicyParticipant extends Participant<ModelRecord> {
 
   override async deleteRestored(episode: EpisodeId): Promise<void> {
     const key = captureKey(episode);
+    if (this.#worker !== null) {
+      // The coordinator deletes the ledger; a worker only forgets the attempt.
+      this.gate.restoredTargets.delete(key);
+      this.#worker.cuts.drop(key);
+      return;
+    }
     // The ledger first: a delete that fails leaves the attempt pending for the retried commit.
     await this.#ledger?.deleteUnstarted(key);
     this.gate.restoredTargets.delete(key);
@@ -292,11 +462,17 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     await this.gate.retire(episode, signal);
     this.restoredCuts.dropCovered(episode);
     this.gate.restoredTargets.deleteCovered(episode);
-    await this.#ledger?.retireLedgers([episode]);
+    // A worker only stops its calls: the coordinator retires the shared ledger once all have.
+    if (this.#worker !== null) this.#worker.cuts.dropCovered(episode);
+    else await this.#ledger?.retireLedgers([episode]);
   }
 
   /** The newest cut per capture key among undelivered calls (greatest admission time). */
   #latestCuts(): Map<string, CutRecord> {
+    return new Map([...this.#latestCutsAt()].map(([key, { record }]) => [key, record]));
+  }
+
+  #latestCutsAt(): Map<string, { at: number; record: CutRecord }> {
     const latest = new Map<string, { at: number; record: CutRecord }>();
     for (const t of this.gate.tickets) {
       if (t.cutRecord === null || t.undeliveredCallId === null || t.captureKey === "") continue;
@@ -305,7 +481,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         latest.set(t.captureKey, { at: t.admittedAt, record: t.cutRecord as CutRecord });
       }
     }
-    return new Map([...latest].map(([key, { record }]) => [key, record]));
+    return latest;
   }
 
   /** After a cut round, each key's newest cut takes its restored cut's place. */

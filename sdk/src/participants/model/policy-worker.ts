@@ -1,0 +1,163 @@
+/**
+ * What one worker of a multi-worker model server asks of its coordinator (see docs/workers.md).
+ *
+ * Restored generation cuts as one worker of a multi-worker model server sees them (see
+ * docs/workers.md): the coordinator holds every restored cut; a worker knows only which keys have
+ * one, claims a cut when a call of that key arrives (the coordinator hands it out once), and
+ * gives it back when the call leaves before its response started.
+ *
+ * @module
+ */
+import type { Logger } from "pino";
+import { AttemptSet } from "../../control/attempt-keys.js";
+import type { EpisodeId } from "../../identity/episode-id.js";
+import type { JsonValue } from "../../json/json-value.js";
+import type { GenerationCutPrefixAck } from "../../capture/generation-cut.js";
+import type { CutService } from "./cut-service.js";
+import type { CutClaim, CutRecord } from "./restored-cuts.js";
+
+/** Sends a message to the server's coordinator and waits for its answer. */
+export type CoordinatorRequest = (kind: string, body: JsonValue) => Promise<JsonValue>;
+
+/** The coordinator's answer to a claim: the cut, or null; `keep` when it may still be claimed. */
+export interface CutClaimReply {
+  readonly record: CutRecord | null;
+  readonly keep: boolean;
+}
+
+/** One worker's view of the restored cuts its coordinator holds. */
+export class WorkerCutClaims {
+  readonly #request: CoordinatorRequest;
+  readonly #log: Pick<Logger, "warn"> | null;
+  /** Keys with a cut at the coordinator, as of the last restore (a claim removes its own). */
+  readonly #keys = new AttemptSet();
+  /** Claims of calls still running, by key: exported again should the call be cut again. */
+  readonly #claimed = new Map<string, CutClaim>();
+
+  constructor(request: CoordinatorRequest, logger: Pick<Logger, "warn"> | null = null) {
+    this.#request = request;
+    this.#log = logger;
+  }
+
+  /** Adopts the keys a restore installed cuts for (replacing the earlier ones). */
+  adopt(keys: readonly string[]): void {
+    for (const key of [...this.#keys]) this.#keys.delete(key);
+    for (const key of keys) this.#keys.add(key);
+  }
+
+  /**
+   * Claims the cut of `key` for a call whose request digest is `requestDigest`. Null when none
+   * is held for the key, it does not match, or the coordinator cannot be reached (the call then
+   * regenerates).
+   */
+  async take(key: string, requestDigest: string, modelCallId: string): Promise<CutClaim | null> {
+    if (!this.#keys.has(key)) return null;
+    let reply: CutClaimReply;
+    try {
+      reply = (await this.#request("policy_claim_cut", {
+        key,
+        request_digest: requestDigest,
+      })) as unknown as CutClaimReply;
+    } catch (error) {
+      this.#log?.warn(
+        { err: error, capture_key: key },
+        "could not claim a restored generation cut",
+      );
+      return null;
+    }
+    if (reply.record === null) {
+      if (!reply.keep) this.#keys.delete(key);
+      return null;
+    }
+    this.#keys.delete(key);
+    const claim: CutClaim = { key, record: reply.record, modelCallId };
+    this.#claimed.set(key, claim);
+    return claim;
+  }
+
+  /**
+   * Settles a claim when its call leaves: used once the response started; otherwise given back
+   * to the coordinator, so the next call of the key (on any worker) continues from it.
+   */
+  settle(claim: CutClaim, responseStarted: boolean): void {
+    if (this.#claimed.get(claim.key) === claim) this.#claimed.delete(claim.key);
+    if (!responseStarted) this.#keys.add(claim.key);
+    this.#request("policy_settle_cut", {
+      key: claim.key,
+      record: claim.record as unknown as JsonValue,
+      used: responseStarted,
+    }).catch((error: unknown) => {
+      this.#log?.warn({ err: error, capture_key: claim.key }, "could not settle a generation cut");
+    });
+  }
+
+  /** The cuts claimed by calls still running: `[key, record]`. */
+  claimed(): [string, CutRecord][] {
+    return [...this.#claimed].map(([key, claim]) => [key, claim.record]);
+  }
+
+  /** Sorted keys this worker may claim or has claimed. */
+  keys(): string[] {
+    return [...new Set([...this.#keys, ...this.#claimed.keys()])].sort();
+  }
+
+  /** Forgets the key of `episode` and earlier attempts of its rollout (a retire). */
+  dropCovered(episode: EpisodeId): void {
+    this.#keys.deleteCovered(episode);
+  }
+
+  /** Forgets `key` (a restored attempt deleted before it started). */
+  drop(key: string): void {
+    this.#keys.delete(key);
+  }
+}
+
+/** The answer to a worker's share of a cut round: an ack per call the round covered. */
+export interface CutReply {
+  readonly acks: GenerationCutPrefixAck[];
+}
+
+/**
+ * The cut service of a worker: its calls join the one round the coordinator runs for every
+ * worker of the server (one inventory per backend per checkpoint).
+ */
+export function coordinatorCutService(request: CoordinatorRequest): CutService {
+  return {
+    async cut(candidates) {
+      const reply = (await request("policy_cut", {
+        candidates: candidates as unknown as JsonValue,
+      })) as unknown as CutReply;
+      return new Map(reply.acks.map((ack) => [ack.ticket_id, ack]));
+    },
+  };
+}
+
+/**
+ * The ledger keys whose files a restore left for the coordinator to write (it defers them, see
+ * `CaptureLedger.importRecords`): a worker asks the coordinator to write a key's files before
+ * its first use of the key, so it never reads or appends to a ledger the restore has not
+ * written yet.
+ */
+export class UnsettledLedgerKeys {
+  readonly #request: CoordinatorRequest;
+  readonly #keys = new Set<string>();
+
+  constructor(request: CoordinatorRequest) {
+    this.#request = request;
+  }
+
+  /** Adopts the restored keys (the coordinator may still owe their files). */
+  adopt(keys: readonly string[]): void {
+    this.#keys.clear();
+    for (const key of keys) this.#keys.add(key);
+  }
+
+  /** Runs before the ledger uses `keys` (its `beforeUse` hook). */
+  readonly beforeUse = async (keys: readonly string[]): Promise<void> => {
+    if (this.#keys.size === 0) return;
+    const owed = keys.filter((key) => this.#keys.has(key));
+    if (owed.length === 0) return;
+    await this.#request("policy_settle", { keys: owed });
+    for (const key of owed) this.#keys.delete(key);
+  };
+}
