@@ -25,7 +25,7 @@ const options = new Command("bench:scale")
   )
   .option(
     "--workers <n>",
-    "worker processes of every environment, agent and resources server (num_workers; default 1)",
+    "worker processes of every participant server: environment, model, agent, resources (num_workers; default 1)",
     (v) => Number.parseInt(v, 10),
     1,
   )
@@ -50,9 +50,9 @@ const KINDS = ["environment", "model", "agent", "resources"] as const;
 const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
 const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
 if (options.workers > 1) {
-  // The model server stays one process: its checkpointing runs in one (docs/workers.md).
+  // Every participant server; the fake inference backend stays one process.
   const text = readFileSync(run.deploymentFile, "utf8").replace(
-    /^( +)kind: (environment|agent|resources)$/gm,
+    /^( +)kind: (environment|model|agent|resources)$/gm,
     `$1kind: $2\n$1num_workers: ${options.workers}`,
   );
   writeFileSync(run.deploymentFile, text);
@@ -75,7 +75,7 @@ try {
   const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
   const rows: [string, string][] = [
     ["rollouts", String(report.rollouts)],
-    ["workers per environment, agent and resources server", String(options.workers)],
+    ["workers per participant server", String(options.workers)],
     ["cleanup_timeout_seconds", String(cleanupTimeout)],
     ["in flight at the checkpoint", String(report.inFlight)],
     ["exported", String(report.exported)],

@@ -591,7 +591,15 @@ export class CaptureLedger {
     try {
       const handle = await open(this.#path(key, "ledger"), "a");
       try {
-        await handle.writeFile(line, "utf8");
+        // One write on a file opened for appending: rows appended by other processes sharing
+        // the directory (the workers of one model server) never interleave with it.
+        const bytes = Buffer.from(line, "utf8");
+        const { bytesWritten } = await handle.write(bytes, 0, bytes.length);
+        if (bytesWritten !== bytes.length) {
+          throw new Error(
+            `short write to the ledger of '${key}' (${bytesWritten} of ${bytes.length} bytes)`,
+          );
+        }
         await handle.sync();
         ({ ino, size } = await handle.stat());
       } finally {
