@@ -9,7 +9,12 @@ import {
   sortedCaptureKeys,
   type EpisodeId,
 } from "../identity/episode-id.js";
-import { readCheckpoint } from "../store/records-reader.js";
+import {
+  readCheckpoint,
+  readStoredCheckpoint,
+  type ReadResult,
+  type StoredRecord,
+} from "../store/records-reader.js";
 import { RecordsWriter, refuseOccupiedDir } from "../store/records-writer.js";
 import {
   awaitUntil,
@@ -388,13 +393,21 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       }
       const deadline = request.deadline_ts;
 
-      const reading = readCheckpoint({
+      const location = {
         checkpointDir: request.checkpoint_dir,
         kind: this.participant.kind,
         instance: this.instance,
         scope: new Set(request.episode_ids.map(captureKey)),
-        recordSchema: this.participant.recordSchema as z.ZodType<R>,
-      });
+      };
+      // A coordinator reads the lines as stored: its workers validate them.
+      const installStored = this.participant.installStored?.bind(this.participant) ?? null;
+      const reading: Promise<ReadResult<R | StoredRecord>> =
+        installStored === null
+          ? readCheckpoint({
+              ...location,
+              recordSchema: this.participant.recordSchema as z.ZodType<R>,
+            })
+          : readStoredCheckpoint(location);
       swallow(reading);
       const read = await awaitUntil(reading, deadline);
       if (!read.done) throw CheckpointError.deadline("reading the checkpoint");
@@ -416,11 +429,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         await this.participant.closeAdmission(request);
         await this.participant.restoreManifest(manifest);
         failpoint("restore.install");
-        const task = this.participant.install(
-          records,
-          request.episode_ids,
-          new AbortController().signal,
-        );
+        const signal = new AbortController().signal;
+        const task =
+          installStored === null
+            ? this.participant.install(records as R[], request.episode_ids, signal)
+            : installStored(records as StoredRecord[], request.episode_ids, signal);
         const tracked: Promise<void> = task.finally(() => {
           if (this.#install === tracked) this.#install = null;
         });

@@ -7,6 +7,7 @@ import type {
   RestoreRequest,
 } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { StoredRecord } from "../store/records-reader.js";
 import type { WorkerPool } from "./workers/worker-pool.js";
 import { deferred } from "../util/deferred.js";
 import { RetiredAttempts } from "./retired-attempts.js";
@@ -67,6 +68,18 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
    */
   abstract install(
     records: readonly R[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void>;
+
+  /**
+   * Set by the coordinator of a multi-worker server: installs a restore's in-scope records as
+   * read (decoded, each with its stored line, not validated), so the workers validate their own
+   * shares in parallel. When absent the control plane validates every record with
+   * {@link recordSchema} and calls {@link install}.
+   */
+  installStored?(
+    records: readonly StoredRecord[],
     scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void>;

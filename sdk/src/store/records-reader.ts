@@ -3,7 +3,7 @@ import path from "node:path";
 import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
 import { failpoint } from "../util/failpoints.js";
-import { captureKey, episodeIdFromWire } from "../identity/episode-id.js";
+import { captureKey, episodeIdFromWire, type EpisodeId } from "../identity/episode-id.js";
 import { decodeJsonLine } from "../json/json-line-decoder.js";
 import { withDecodedPayloadsTrusted } from "../json/json-value.js";
 import {
@@ -28,7 +28,7 @@ export interface ReadRequest<R extends RecordBase> extends ParticipantLocation {
 }
 
 /** A verified checkpoint: its manifest and the in-scope records, validated. */
-export interface ReadResult<R extends RecordBase> {
+export interface ReadResult<R> {
   readonly manifest: Manifest;
   readonly records: R[];
 }
@@ -47,15 +47,86 @@ function corrupt(what: string, key: string | null = null, cause?: unknown): Chec
 export async function readCheckpoint<R extends RecordBase>(
   request: ReadRequest<R>,
 ): Promise<ReadResult<R>> {
-  const dir = participantDir(request);
-  const manifest = await readManifest(dir, request);
+  return await readVerified(request, (line) => {
+    const stored = decodeStored(line, request.scope);
+    return stored === null
+      ? null
+      : validateStored(stored.value, stored.episode_id, request.recordSchema);
+  });
+}
+
+/** A stored record read without its participant's schema: its episode, JSON value and line. */
+export interface StoredRecord extends RecordBase {
+  /** The decoded line (checked only for its `episode_id`). */
+  readonly value: Record<string, unknown>;
+  /** The line's bytes, without the newline. */
+  readonly line: Buffer;
+}
+
+/**
+ * {@link readCheckpoint} without validating the in-scope records: each is kept as its decoded
+ * value and its line, for a process that hands the lines on to be validated elsewhere (the
+ * coordinator of a multi-worker server; each worker validates its share).
+ */
+export async function readStoredCheckpoint(
+  request: ParticipantLocation & { readonly scope: ReadonlySet<string> | null },
+): Promise<ReadResult<StoredRecord>> {
+  return await readVerified(request, (line) => {
+    const stored = decodeStored(line, request.scope);
+    // A copy: the line is a view of a read buffer that is reused.
+    return stored === null ? null : { ...stored, line: Buffer.from(line) };
+  });
+}
+
+/**
+ * Validates one stored line into a participant's record, as a restore does.
+ * @throws CheckpointStateError (`invalid_checkpoint_state`) naming the episode when it is not
+ *   JSON, has no valid `episode_id`, or does not match `schema`
+ */
+export function parseStoredLine<R extends RecordBase>(line: Buffer, schema: z.ZodType<R>): R {
+  const stored = decodeStored(line, null) as {
+    value: Record<string, unknown>;
+    episode_id: EpisodeId;
+  };
+  return validateStored(stored.value, stored.episode_id, schema);
+}
+
+/**
+ * Validates a stored record's decoded value (its `episode_id` already checked) against `schema`.
+ * @throws CheckpointStateError naming the episode when it does not match
+ */
+export function validateStored<R extends RecordBase>(
+  value: Record<string, unknown>,
+  episode: EpisodeId,
+  schema: z.ZodType<R>,
+): R {
+  const fast = parseDecodedRecord(schema, value, episode);
+  if (fast !== null) return fast;
+  const parsed = withDecodedPayloadsTrusted(() => schema.safeParse(value));
+  if (!parsed.success) {
+    const key = captureKey(episode);
+    const issues = parsed.error.issues
+      .map((issue) => `${issue.path.map(String).join(".") || "(record)"}: ${issue.message}`)
+      .join("; ");
+    throw corrupt(`checkpoint record of episode '${key}' is invalid: ${issues}`, key);
+  }
+  return parsed.data;
+}
+
+/** Reads and verifies the checkpoint, keeping what `keep` makes of each line (null: dropped). */
+async function readVerified<T>(
+  location: ParticipantLocation,
+  select: (line: Buffer) => T | null,
+): Promise<ReadResult<T>> {
+  const dir = participantDir(location);
+  const manifest = await readManifest(dir, location);
   const recordsPath = path.join(dir, manifest.records_file);
   const hash = createHash("sha256");
-  const records: R[] = [];
+  const records: T[] = [];
   let count = 0;
   const keep = (line: Buffer): void => {
     count += 1;
-    const record = selectRecord(line, request);
+    const record = select(line);
     if (record !== null) records.push(record);
   };
   try {
@@ -130,7 +201,14 @@ async function forEachLine(
   }
 }
 
-function selectRecord<R extends RecordBase>(line: Buffer, request: ReadRequest<R>): R | null {
+/**
+ * Decodes a stored line and checks its `episode_id`; null when scoped out.
+ * @throws CheckpointStateError when it is not JSON or names no valid episode
+ */
+function decodeStored(
+  line: Buffer,
+  scope: ReadonlySet<string> | null,
+): { episode_id: EpisodeId; value: Record<string, unknown> } | null {
   let value: unknown;
   try {
     value = decodeJsonLine(line);
@@ -142,18 +220,8 @@ function selectRecord<R extends RecordBase>(line: Buffer, request: ReadRequest<R
       ? episodeIdFromWire((value as { episode_id?: unknown }).episode_id)
       : null;
   if (episode === null) throw corrupt("checkpoint record has no valid episode_id");
-  const key = captureKey(episode);
-  if (request.scope !== null && !request.scope.has(key)) return null;
-  const fast = parseDecodedRecord(request.recordSchema, value as Record<string, unknown>, episode);
-  if (fast !== null) return fast;
-  const parsed = withDecodedPayloadsTrusted(() => request.recordSchema.safeParse(value));
-  if (!parsed.success) {
-    const issues = parsed.error.issues
-      .map((issue) => `${issue.path.map(String).join(".") || "(record)"}: ${issue.message}`)
-      .join("; ");
-    throw corrupt(`checkpoint record of episode '${key}' is invalid: ${issues}`, key);
-  }
-  return parsed.data;
+  if (scope !== null && !scope.has(captureKey(episode))) return null;
+  return { episode_id: episode, value: value as Record<string, unknown> };
 }
 
 /**

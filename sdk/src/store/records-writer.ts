@@ -24,6 +24,7 @@ import {
 
 /** Buffers up to this many bytes before handing them to the file in one `writev`. */
 const WRITE_BATCH_BYTES = 8 * 1024 * 1024;
+const NEWLINE = Buffer.from("\n");
 
 /** What one commit writes. */
 export interface WriteTarget extends ParticipantLocation {
@@ -78,6 +79,18 @@ function ioError(dir: string, error: unknown): CheckpointStateError {
   return new CheckpointStateError(`cannot write checkpoint state under ${dir}: ${reason}`, null, {
     cause: error,
   });
+}
+
+/**
+ * The key of a record's stored line (UTF-8, without its newline), when something encoded it
+ * already: the writer copies those bytes instead of encoding the record. The coordinator of a
+ * multi-worker server receives its workers' records this way.
+ */
+export const ENCODED_LINE: unique symbol = Symbol("gym.records.encodedLine");
+
+/** A record whose stored line is already encoded: its episode and the line's bytes. */
+export interface EncodedRecord extends RecordBase {
+  readonly [ENCODED_LINE]: Buffer;
 }
 
 /**
@@ -191,7 +204,9 @@ export class RecordsWriter {
     try {
       for (const record of records) {
         this.#checkNotStopped();
-        await lines.add(encodeRecordPieces(record));
+        const encoded = (record as Partial<EncodedRecord>)[ENCODED_LINE];
+        if (encoded !== undefined) await lines.addBytes(encoded);
+        else await lines.add(encodeRecordPieces(record));
         count += 1;
       }
       await lines.finish();
@@ -373,6 +388,19 @@ class LineBatcher {
     }
     if (this.#offset + 1 > WRITE_BATCH_BYTES) await this.#flush();
     (this.#buffers[this.#current] as Buffer)[this.#offset] = 0x0a;
+    this.#offset += 1;
+  }
+
+  /** Appends one line already encoded (without its newline), then a newline. */
+  async addBytes(line: Buffer): Promise<void> {
+    if (this.#offset + line.length + 1 > WRITE_BATCH_BYTES) await this.#flush();
+    if (line.length + 1 > WRITE_BATCH_BYTES) {
+      await this.#writeOwn(Buffer.concat([line, NEWLINE]));
+      return;
+    }
+    const buffer = this.#buffers[this.#current] as Buffer;
+    this.#offset += line.copy(buffer, this.#offset);
+    buffer[this.#offset] = 0x0a;
     this.#offset += 1;
   }
 

@@ -17,11 +17,16 @@ import type { JsonValue } from "../../json/json-value.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
+import { validateStored, type StoredRecord } from "../../store/records-reader.js";
 import { Participant, type CloseAdmissionRequest } from "../participant.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
+import { decodeExport } from "./encoded-export.js";
+import { FrameBytes } from "./frame-channel.js";
 import { placeOwners } from "./owner-placement.js";
 import { ownerOfRecord, type JoinState, type WorkerReport } from "./worker-messages.js";
 import type { Member, WorkerPool } from "./worker-pool.js";
+
+const NEWLINE = Buffer.from("\n");
 
 /** A worker's latest answers, kept for the synchronous readiness and status. */
 interface Latest {
@@ -286,8 +291,15 @@ export class CoordinatedParticipant extends Participant {
       if (inScope !== null && !inScope.has(key)) continue;
       held.push({ ...record, episode_id: episodeIdToWire(fromCaptureKey(key)) } as RecordBase);
     }
-    const parts = await this.#pool.callAll("export", () => ({ scope }), signal);
-    return [...parts.flatMap((part) => part as unknown as RecordBase[]), ...held];
+    // Stored lines, encoded by each worker, unless a hook here reads the records' contents.
+    const encoded =
+      this.#prototype.commitReply === Participant.prototype.commitReply &&
+      this.#prototype.parkExported === Participant.prototype.parkExported;
+    const parts = await this.#pool.callAll("export", () => ({ scope, encoded }), signal);
+    const exported = parts.flatMap((part) =>
+      encoded ? decodeExport(part) : (part as unknown as RecordBase[]),
+    );
+    return [...exported, ...held];
   }
 
   override checkCommit(scope: readonly EpisodeId[] | null): void {
@@ -324,14 +336,68 @@ export class CoordinatedParticipant extends Participant {
     signal: AbortSignal,
   ): Promise<void> {
     // Request-scoped records wait here for the worker that receives their replacement.
-    const held = records.filter((record) => this.#prototype.claimKey(record) !== null);
-    const placed = records.filter((record) => this.#prototype.claimKey(record) === null);
+    const placed = this.#holdClaimable(records.map((record) => [record, record]));
+    await this.#installShares(placed, ownerOfRecord, scope, signal, (share) => ({
+      records: share,
+    }));
+  }
+
+  /**
+   * {@link install} from the stored lines: each worker receives its share's lines as they are
+   * stored and validates them itself (in parallel); only the request-scoped records the
+   * coordinator holds are validated here.
+   */
+  override async installStored(
+    records: readonly StoredRecord[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void> {
+    const schema = this.#prototype.recordSchema as z.ZodType<RecordBase>;
+    const placed = this.#holdClaimable(
+      records.map((stored) => [stored.value as unknown as RecordBase, stored]),
+      (stored) => validateStored(stored.value, stored.episode_id, schema),
+    );
+    await this.#installShares(
+      placed,
+      (stored) => ownerOfRecord(stored.value),
+      scope,
+      signal,
+      (share, head) =>
+        new FrameBytes(head, Buffer.concat(share.flatMap((stored) => [stored.line, NEWLINE]))),
+    );
+  }
+
+  /**
+   * Keeps the request-scoped records (a claim key) for the workers that will claim them,
+   * validated by `validate`; returns the others. Each entry: what `claimKey` reads, and the
+   * record as given.
+   */
+  #holdClaimable<T>(
+    entries: readonly [RecordBase, T][],
+    validate: (item: T) => RecordBase = (item) => item as unknown as RecordBase,
+  ): T[] {
     this.#held.clear();
     this.#claimed.clear();
-    for (const record of held) this.#held.set(this.#prototype.claimKey(record)!, record);
+    const placed: T[] = [];
+    for (const [view, item] of entries) {
+      const key = this.#prototype.claimKey(view);
+      if (key === null) placed.push(item);
+      else this.#held.set(key, validate(item));
+    }
+    return placed;
+  }
+
+  /** Places owners, then installs each live worker's share (built by `shareOf`). */
+  async #installShares<T>(
+    placed: readonly T[],
+    ownerOf: (item: T) => string,
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+    shareOf: (share: T[], head: Record<string, JsonValue>) => object,
+  ): Promise<void> {
     const counts = new Map<string, number>(this.#restoredOwners.map((owner) => [owner, 0]));
-    for (const record of placed) {
-      const owner = ownerOfRecord(record);
+    for (const item of placed) {
+      const owner = ownerOf(item);
       counts.set(owner, (counts.get(owner) ?? 0) + 1);
     }
     const members = this.#pool.live();
@@ -339,15 +405,20 @@ export class CoordinatedParticipant extends Participant {
       counts,
       members.map((member) => member.routingId),
     );
-    const shares = new Map<string, RecordBase[]>(members.map((member) => [member.routingId, []]));
-    for (const record of placed) {
-      shares.get(aliases.get(ownerOfRecord(record))!)!.push(record);
-    }
+    const shares = new Map<string, T[]>(members.map((member) => [member.routingId, []]));
+    for (const item of placed) shares.get(aliases.get(ownerOf(item))!)!.push(item);
     this.#aliases = aliases;
-    const claims = this.#claimable();
+    const head = {
+      scope: scope as unknown as JsonValue,
+      aliases: [...aliases] as unknown as JsonValue,
+      claims: this.#claimable(),
+    };
     await this.#pool.callAll(
       "install",
-      (member) => ({ records: shares.get(member.routingId), scope, aliases: [...aliases], claims }),
+      (member) => {
+        const share = shareOf(shares.get(member.routingId) ?? [], head);
+        return share instanceof FrameBytes ? share : { ...head, ...share };
+      },
       signal,
     );
   }

@@ -23,9 +23,27 @@ import {
   type JsonValue,
 } from "../../json/json-value.js";
 
-/** The first byte of a frame's payload: plain JSON, or the store's extended encoding. */
+/**
+ * The first byte of a frame's payload: plain JSON, or the store's extended encoding; the same
+ * two with raw bytes after the JSON (a 4-byte length of the JSON comes first).
+ */
 const PLAIN = 0x4a; // "J"
 const EXTENDED = 0x45; // "E"
+const PLAIN_WITH_BYTES = 0x6a; // "j"
+const EXTENDED_WITH_BYTES = 0x65; // "e"
+
+/**
+ * A message body that carries raw bytes next to its JSON `head`: what is already encoded (a
+ * worker's exported record lines, a restore's share of stored lines) crosses as it is, with no
+ * JSON escaping or parsing on either side. Send one as a call's body or return one from a
+ * handler; the peer receives a `FrameBytes` in its place.
+ */
+export class FrameBytes {
+  constructor(
+    readonly head: JsonValue,
+    readonly bytes: Buffer,
+  ) {}
+}
 
 /** Largest frame accepted (a whole export travels as one reply). */
 export const MAX_FRAME_BYTES = 1 << 30;
@@ -80,6 +98,22 @@ function errorOf(failure: WireFailure): Error {
   }
   if (failure.type === "detail") return new DetailError(failure.status, failure.detail);
   return new Error(failure.detail);
+}
+
+/** Decodes a frame's payload (its flag byte first). */
+function messageOf(payload: Buffer): Record<string, JsonValue> {
+  const flag = payload[0];
+  const withBytes = flag === PLAIN_WITH_BYTES || flag === EXTENDED_WITH_BYTES;
+  const jsonEnd = withBytes ? 5 + payload.readUInt32BE(1) : payload.length;
+  const text = payload.toString("utf8", withBytes ? 5 : 1, jsonEnd);
+  const extended = flag === EXTENDED || flag === EXTENDED_WITH_BYTES;
+  const message = (extended ? decodeJson(text) : JSON.parse(text)) as Record<string, JsonValue>;
+  if (withBytes) {
+    // A view, not a copy: the socket hands out a new buffer per chunk.
+    const body = new FrameBytes(message.body ?? null, payload.subarray(jsonEnd));
+    message.body = body as unknown as JsonValue;
+  }
+  return message;
 }
 
 /**
@@ -151,16 +185,33 @@ export class FrameChannel {
   }
 
   #write(message: Record<string, JsonValue>): void {
+    const attached =
+      (message.body as unknown) instanceof FrameBytes
+        ? (message.body as unknown as FrameBytes)
+        : null;
+    const bytes = attached?.bytes ?? null;
+    if (attached !== null) message = { ...message, body: attached.head };
     // Most messages (records included) are plain JSON, which the engine's own codec moves
     // several times faster; the extended encoding only when a value needs it.
     const extended = jsonValueNeedsExtended(message);
     const text = extended ? encodeJson(message) : JSON.stringify(message);
     const length = Buffer.byteLength(text, "utf8");
-    const frame = Buffer.allocUnsafe(5 + length);
-    frame.writeUInt32BE(length + 1, 0);
-    frame[4] = extended ? EXTENDED : PLAIN;
-    frame.write(text, 5, "utf8");
-    this.#socket.write(frame);
+    if (bytes === null) {
+      const frame = Buffer.allocUnsafe(5 + length);
+      frame.writeUInt32BE(length + 1, 0);
+      frame[4] = extended ? EXTENDED : PLAIN;
+      frame.write(text, 5, "utf8");
+      this.#socket.write(frame);
+      return;
+    }
+    const header = Buffer.allocUnsafe(9 + length);
+    header.writeUInt32BE(1 + 4 + length + bytes.length, 0);
+    header[4] = extended ? EXTENDED_WITH_BYTES : PLAIN_WITH_BYTES;
+    header.writeUInt32BE(length, 5);
+    header.write(text, 9, "utf8");
+    // Two writes, no copy of the bytes: the socket keeps their order.
+    this.#socket.write(header);
+    this.#socket.write(bytes);
   }
 
   #receive(chunk: Buffer): void {
@@ -182,9 +233,7 @@ export class FrameChannel {
       if (this.#buffered < this.#needed) return;
       const payload = this.#take(this.#needed);
       this.#needed = null;
-      const text = payload.toString("utf8", 1);
-      const message = payload[0] === EXTENDED ? decodeJson(text) : (JSON.parse(text) as unknown);
-      this.#dispatch(message as Record<string, JsonValue>);
+      this.#dispatch(messageOf(payload));
     }
   }
 

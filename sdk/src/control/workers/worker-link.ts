@@ -14,7 +14,9 @@ import type { JsonValue } from "../../json/json-value.js";
 import type { Operation } from "../../wire/control.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
 import type { CloseAdmissionRequest, Participant } from "../participant.js";
-import { ChannelClosedError, FrameChannel } from "./frame-channel.js";
+import { encodeExport } from "./encoded-export.js";
+import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
+import { parseStoredLine } from "../../store/records-reader.js";
 import type { JoinState, LostWorker } from "./worker-messages.js";
 
 /** Where a request for a session goes. */
@@ -38,6 +40,17 @@ export interface WorkerLinkOptions {
 
 /** While open, a change is reported at most this often (ms); while closed, at once. */
 const OPEN_REPORT_INTERVAL_MS = 250;
+
+/** The lines of a block of newline-terminated stored lines. */
+function storedLinesOf(bytes: Buffer): Buffer[] {
+  const lines: Buffer[] = [];
+  let start = 0;
+  for (let end = bytes.indexOf(0x0a, start); end >= 0; end = bytes.indexOf(0x0a, start)) {
+    lines.push(bytes.subarray(start, end));
+    start = end + 1;
+  }
+  return lines;
+}
 
 function episodesOf(value: unknown): EpisodeId[] {
   return (value as unknown[]).map((item) => parseEpisodeId(item));
@@ -296,17 +309,29 @@ export class WorkerLink {
           this.#need().retire(parseEpisodeId(body.episode), signal),
         );
       case "export":
-        return this.#withSignal(body, (signal) =>
-          this.#need().export(body.scope === null ? null : episodesOf(body.scope), signal),
-        );
+        return this.#withSignal(body, async (signal) => {
+          const scope = body.scope === null ? null : episodesOf(body.scope);
+          const records = await this.#need().export(scope, signal);
+          return body.encoded === true ? encodeExport(records) : records;
+        });
       case "restore_manifest":
         return this.#need().restoreManifest(body.manifest as Manifest);
-      case "install":
-        this.#aliases = new Map(body.aliases as [string, string][]);
-        this.#claimable = new Set(body.claims as string[]);
-        return this.#withSignal(body, (signal) =>
-          this.#need().install(body.records as RecordBase[], episodesOf(body.scope), signal),
-        );
+      case "install": {
+        // A share of stored lines (validated here, in parallel with the other workers) or of
+        // records.
+        const lines = value instanceof FrameBytes ? value.bytes : null;
+        const head = (value instanceof FrameBytes ? value.head : value) as Record<string, unknown>;
+        this.#aliases = new Map(head.aliases as [string, string][]);
+        this.#claimable = new Set(head.claims as string[]);
+        return this.#withSignal(head, (signal) => {
+          const participant = this.#need();
+          const records =
+            lines === null
+              ? (head.records as RecordBase[])
+              : storedLinesOf(lines).map((line) => parseStoredLine(line, participant.recordSchema));
+          return participant.install(records, episodesOf(head.scope), signal);
+        });
+      }
       case "restored_pending":
         return Promise.resolve(this.#need().restoredPending());
       case "delete_restored":

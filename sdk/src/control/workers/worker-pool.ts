@@ -9,7 +9,7 @@ import type { Socket } from "node:net";
 import { pino, type Logger } from "pino";
 import { CheckpointError } from "../../errors.js";
 import type { JsonValue } from "../../json/json-value.js";
-import { ChannelClosedError, FrameChannel } from "./frame-channel.js";
+import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
 import type { JoinState, LostWorker, RegisterMessage, WorkerReport } from "./worker-messages.js";
 
 /** A worker that registered and is still connected. */
@@ -36,6 +36,14 @@ export interface PoolCoordination {
   message(member: Member, kind: string, body: JsonValue): unknown;
   /** Membership changed (a worker joined or left). */
   changed(): void;
+}
+
+/** A call's body with its call number (in the JSON head of a body with bytes). */
+function messageBody(call: number, body: object): object {
+  if (body instanceof FrameBytes) {
+    return new FrameBytes({ call, ...(body.head as Record<string, JsonValue>) }, body.bytes);
+  }
+  return { call, ...body };
 }
 
 /** The workers of one server, as seen by its coordinator. */
@@ -155,7 +163,7 @@ export class WorkerPool {
     const members = this.live();
     const call = this.#nextCall++;
     const calls = members.map((member) =>
-      member.channel.call(kind, { call, ...bodyOf(member) }, null).catch((error: unknown) => {
+      member.channel.call(kind, messageBody(call, bodyOf(member)), null).catch((error: unknown) => {
         if (error instanceof ChannelClosedError) {
           throw CheckpointError.workerLost(
             kind,

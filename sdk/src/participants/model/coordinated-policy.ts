@@ -25,6 +25,7 @@ import type { Member, WorkerPool } from "../../control/workers/worker-pool.js";
 import { AttemptSet } from "../../control/attempt-keys.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
+import { validateStored, type StoredRecord } from "../../store/records-reader.js";
 import { CutBarrier } from "./cut-barrier.js";
 import type { CutCandidate } from "./cut-service.js";
 import type { ModelRecord, PolicyParticipant, PolicySnapshot } from "./policy-participant.js";
@@ -175,6 +176,19 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
       () => ({ targets, cut_keys: this.#policy.restoredCuts.keys() }),
       signal,
     );
+  }
+
+  /** The coordinator imports the ledger itself: it validates every record, as one process does. */
+  override async installStored(
+    records: readonly StoredRecord[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void> {
+    const schema = this.#policy.recordSchema;
+    const validated = records.map((stored) =>
+      validateStored(stored.value, stored.episode_id, schema),
+    );
+    await this.install(validated, scope, signal);
   }
 
   /** Restored targets no worker has started: pending on every worker. */

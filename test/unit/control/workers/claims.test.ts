@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-participant.js";
+import { encodeExport } from "#sdk/control/workers/encoded-export.js";
 import { FrameChannel } from "#sdk/control/workers/frame-channel.js";
 import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
@@ -47,9 +48,11 @@ async function coordinator(count: number): Promise<{
     const channel = new FrameChannel(socket, (kind) =>
       kind === "close" || kind === "open"
         ? prepareReport({ ready: true })
-        : kind === "export" || kind === "restored_pending"
-          ? []
-          : null,
+        : kind === "export"
+          ? encodeExport([])
+          : kind === "restored_pending"
+            ? []
+            : null,
     );
     await channel.call("register", { index, pid: 1000 + index, routing_id: `w${index}` });
     await channel.call("listening");

@@ -1,0 +1,112 @@
+/**
+ * A restore on a multi-worker server: the coordinator reads the checkpoint's lines without
+ * validating them and hands each worker its share as stored; each worker validates its own.
+ * A bad record is still refused as one process refuses it (422 `invalid_checkpoint_state`
+ * naming the episode), and good ones land on the worker their owner is placed on.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { ControlPlane } from "#sdk/control/control-plane.js";
+import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-participant.js";
+import { WorkerLink } from "#sdk/control/workers/worker-link.js";
+import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
+import { GymError } from "#sdk/errors.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
+import type { RecordBase } from "#sdk/wire/storage.js";
+import { TestParticipant, restoreReq } from "../../../support/test-participant.js";
+
+const cleanups: (() => void | Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "ng-stored-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A coordinator's control plane over `count` in-process workers, each a TestParticipant. */
+async function server(count: number) {
+  const socketDir = tempDir();
+  const socket = path.join(socketDir, "c.sock");
+  const pool = new WorkerPool(count);
+  let plane: ControlPlane | null = null;
+  const coordinated = new CoordinatedParticipant(pool, new TestParticipant(), (op, body) =>
+    plane!.dispatch(op as never, body),
+  );
+  plane = new ControlPlane(coordinated, { instance: "inst", leaseGraceSeconds: 100 });
+  const listener: Server = createServer((s) => pool.accept(s));
+  await new Promise<void>((resolve) => listener.listen(socket, resolve));
+  const workers: TestParticipant[] = [];
+  const links: WorkerLink[] = [];
+  for (let index = 0; index < count; index++) {
+    const link = await WorkerLink.connect({ coordinator: socket, index, count, socketDir });
+    const participant = new TestParticipant();
+    await link.register(participant);
+    await link.listening();
+    workers.push(participant);
+    links.push(link);
+  }
+  cleanups.push(async () => {
+    for (const link of links) link.close();
+    plane?.close();
+    pool.shutdown();
+    await new Promise<void>((resolve) => listener.close(() => resolve()));
+  });
+  return { plane, workers };
+}
+
+/** A checkpoint of `records` as stored (the writer does not validate). */
+async function checkpoint(records: readonly object[]): Promise<string> {
+  const dir = tempDir();
+  const writer = new RecordsWriter({
+    checkpointDir: dir,
+    kind: "resources",
+    instance: "inst",
+    checkpointId: "c1",
+  });
+  await writer.write(records as RecordBase[]);
+  return dir;
+}
+
+describe("restore through a coordinator", () => {
+  it("refuses a bad stored record where a worker validates it, typed as one process refuses it", async () => {
+    const { plane, workers } = await server(2);
+    const dir = await checkpoint([
+      { episode_id: episodeId("a", 0), owner: "old-1", payload: { n: 1 } },
+      { episode_id: episodeId("b", 0), owner: "old-1", payload: { n: 2 } },
+      { episode_id: episodeId("c", 0), owner: "old-2", payload: { n: 3 } },
+    ]);
+    // The coordinator places the lines by the owner it reads; the test participant's strict
+    // schema knows no `owner` field, so the workers refuse them.
+    const refused = await plane
+      .restore(restoreReq("c1", dir, ["a", "b", "c"]))
+      .catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(GymError);
+    expect((refused as GymError).code).toBe("invalid_checkpoint_state");
+    expect((refused as GymError).message).toMatch(
+      /checkpoint record of episode '(a|b|c)' is invalid/,
+    );
+    expect(workers.every((w) => w.pending.size === 0)).toBe(true);
+  });
+
+  it("installs valid stored lines on one worker per owner group", async () => {
+    const { plane, workers } = await server(2);
+    const dir = await checkpoint([
+      { episode_id: episodeId("a", 0), payload: { n: 1 } },
+      { episode_id: episodeId("b", 0), payload: { n: 2 } },
+    ]);
+    const reply = await plane.restore(restoreReq("c1", dir, ["a", "b"]));
+    expect(reply.restored).toEqual(["a-a1", "b-a1"]);
+    // One-process records name no owner: one group, on one worker, validated there.
+    const pending = workers.map((w) => [...w.pending.keys()].sort());
+    expect(pending.sort((x, y) => y.length - x.length)).toEqual([["a-a1", "b-a1"], []]);
+    const installed = workers.flatMap((w) => [...w.pending.values()].map((p) => p.payload));
+    expect(installed).toEqual([{ n: 1 }, { n: 2 }]);
+  });
+});
