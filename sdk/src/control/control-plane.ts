@@ -294,6 +294,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     if ("reply" in joined) return joined.reply;
     const write = joined.write;
     const deadline = request.deadline_ts;
+    const startedAt = performance.now();
 
     const exported = await awaitUntil(write.exportTask as Promise<R[]>, deadline).catch(
       (error: unknown) => {
@@ -302,6 +303,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     );
     if (!exported.done) throw CheckpointError.deadline("the export");
     const records = exported.value;
+    const exportedAt = performance.now();
 
     write.writeTask ??= write.writer.write(records).catch((error: unknown) => {
       write.writeTask = null;
@@ -310,6 +312,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     const written = await awaitUntil(write.writeTask, deadline);
     if (!written.done) throw CheckpointError.deadline("the write of the records");
     const manifest = written.value;
+    const writtenAt = performance.now();
     // A resume that stopped this write after it published must not be followed by deletions
     // of restored state (a replacement may start as that attempt) or by parking.
     if (write.writer.stopped) throw CheckpointError.stale(id);
@@ -344,7 +347,15 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       };
       this.#phase = "committed";
       this.#store(id, "commit", args, reply);
-      this.#log.info({ checkpointId: id, records: records.length }, "checkpoint committed");
+      this.#log.info(
+        {
+          checkpointId: id,
+          records: records.length,
+          exportMs: Math.round(exportedAt - startedAt),
+          writeMs: Math.round(writtenAt - exportedAt),
+        },
+        "checkpoint committed",
+      );
       return reply;
     });
   }
@@ -392,6 +403,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         throw typedRestoreFailure(error, "fencing the replaced attempts");
       }
       const deadline = request.deadline_ts;
+      const startedAt = performance.now();
 
       const location = {
         checkpointDir: request.checkpoint_dir,
@@ -412,6 +424,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const read = await awaitUntil(reading, deadline);
       if (!read.done) throw CheckpointError.deadline("reading the checkpoint");
       const { manifest, records } = read.value;
+      const readAt = performance.now();
 
       if (this.#install !== null) {
         // Its outcome is not ours: a failed earlier install must not fail this restore.
@@ -455,7 +468,15 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         restored: sortedCaptureKeys(records.map((record) => nextAttempt(record.episode_id))),
       };
       this.#store(id, "restore", args, reply);
-      this.#log.info({ checkpointId: id, restored: reply.restored.length }, "checkpoint restored");
+      this.#log.info(
+        {
+          checkpointId: id,
+          restored: reply.restored.length,
+          readMs: Math.round(readAt - startedAt),
+          installMs: Math.round(performance.now() - readAt),
+        },
+        "checkpoint restored",
+      );
       return reply;
     });
   }

@@ -7,7 +7,7 @@ import type {
   RestoreRequest,
 } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
-import type { StoredRecord } from "../store/records-reader.js";
+import { validateStored, type StoredRecord } from "../store/records-reader.js";
 import type { WorkerPool } from "./workers/worker-pool.js";
 import { deferred } from "../util/deferred.js";
 import { RetiredAttempts } from "./retired-attempts.js";
@@ -165,6 +165,16 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
 
   /** Reads back {@link manifestExtra} fields before install. */
   restoreManifest(_manifest: Manifest): void | Promise<void> {}
+
+  /**
+   * Validates a stored record's decoded value (its `episode_id` already checked) with
+   * {@link recordSchema}, as a restore does. A method, so that another copy of this package in
+   * the same process (a server's own dependency) validates with its own fast paths.
+   * @throws CheckpointStateError (`invalid_checkpoint_state`) naming the episode
+   */
+  recordFromStored(value: Record<string, unknown>, episode: EpisodeId): R {
+    return validateStored(value, episode, this.recordSchema);
+  }
 
   /**
    * Multi-worker, in a worker: answers a message of this participant's own from the server's

@@ -84,11 +84,19 @@ export async function readStoredCheckpoint(
  *   JSON, has no valid `episode_id`, or does not match `schema`
  */
 export function parseStoredLine<R extends RecordBase>(line: Buffer, schema: z.ZodType<R>): R {
-  const stored = decodeStored(line, null) as {
-    value: Record<string, unknown>;
-    episode_id: EpisodeId;
-  };
+  const stored = decodeStoredLine(line);
   return validateStored(stored.value, stored.episode_id, schema);
+}
+
+/**
+ * Decodes a stored line and checks its `episode_id` (nothing else).
+ * @throws CheckpointStateError when it is not JSON or names no valid episode
+ */
+export function decodeStoredLine(line: Buffer): {
+  episode_id: EpisodeId;
+  value: Record<string, unknown>;
+} {
+  return decodeStored(line, null) as { episode_id: EpisodeId; value: Record<string, unknown> };
 }
 
 /**

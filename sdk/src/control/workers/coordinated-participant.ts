@@ -17,7 +17,7 @@ import type { JsonValue } from "../../json/json-value.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
-import { validateStored, type StoredRecord } from "../../store/records-reader.js";
+import type { StoredRecord } from "../../store/records-reader.js";
 import { Participant, type CloseAdmissionRequest } from "../participant.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
@@ -27,6 +27,19 @@ import { ownerOfRecord, type JoinState, type WorkerReport } from "./worker-messa
 import type { Member, WorkerPool } from "./worker-pool.js";
 
 const NEWLINE = Buffer.from("\n");
+
+/**
+ * Whether `object`'s method `name` is the base `Participant`'s default: the root class of its
+ * chain owns it. Compared by position, not identity: the prototype may come from another copy
+ * of this package (a server's own dependency), whose `Participant` is another class.
+ */
+function isBaseDefault(object: object, name: string): boolean {
+  let owner: object | null = object;
+  while (owner !== null && !Object.hasOwn(owner, name)) {
+    owner = Object.getPrototypeOf(owner) as object | null;
+  }
+  return owner !== null && Object.getPrototypeOf(owner) === Object.prototype;
+}
 
 /** A worker's latest answers, kept for the synchronous readiness and status. */
 interface Latest {
@@ -293,8 +306,8 @@ export class CoordinatedParticipant extends Participant {
     }
     // Stored lines, encoded by each worker, unless a hook here reads the records' contents.
     const encoded =
-      this.#prototype.commitReply === Participant.prototype.commitReply &&
-      this.#prototype.parkExported === Participant.prototype.parkExported;
+      isBaseDefault(this.#prototype, "commitReply") &&
+      isBaseDefault(this.#prototype, "parkExported");
     const parts = await this.#pool.callAll("export", () => ({ scope, encoded }), signal);
     const exported = parts.flatMap((part) =>
       encoded ? decodeExport(part) : (part as unknown as RecordBase[]),
@@ -352,10 +365,9 @@ export class CoordinatedParticipant extends Participant {
     scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void> {
-    const schema = this.#prototype.recordSchema as z.ZodType<RecordBase>;
     const placed = this.#holdClaimable(
       records.map((stored) => [stored.value as unknown as RecordBase, stored]),
-      (stored) => validateStored(stored.value, stored.episode_id, schema),
+      (stored) => this.#prototype.recordFromStored(stored.value, stored.episode_id),
     );
     await this.#installShares(
       placed,

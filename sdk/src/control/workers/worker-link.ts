@@ -16,7 +16,7 @@ import type { Manifest, RecordBase } from "../../wire/storage.js";
 import type { CloseAdmissionRequest, Participant } from "../participant.js";
 import { encodeExport } from "./encoded-export.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
-import { parseStoredLine } from "../../store/records-reader.js";
+import { decodeStoredLine } from "../../store/records-reader.js";
 import type { JoinState, LostWorker } from "./worker-messages.js";
 
 /** Where a request for a session goes. */
@@ -328,7 +328,11 @@ export class WorkerLink {
           const records =
             lines === null
               ? (head.records as RecordBase[])
-              : storedLinesOf(lines).map((line) => parseStoredLine(line, participant.recordSchema));
+              : storedLinesOf(lines).map((line) => {
+                  // Validated by the participant's own copy of the package (its fast paths).
+                  const stored = decodeStoredLine(line);
+                  return participant.recordFromStored(stored.value, stored.episode_id);
+                });
           return participant.install(records, episodesOf(head.scope), signal);
         });
       }

@@ -25,7 +25,7 @@ import type { Member, WorkerPool } from "../../control/workers/worker-pool.js";
 import { AttemptSet } from "../../control/attempt-keys.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
-import { validateStored, type StoredRecord } from "../../store/records-reader.js";
+import type { StoredRecord } from "../../store/records-reader.js";
 import { CutBarrier } from "./cut-barrier.js";
 import type { CutCandidate } from "./cut-service.js";
 import type { ModelRecord, PolicyParticipant, PolicySnapshot } from "./policy-participant.js";
@@ -184,9 +184,8 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
     scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void> {
-    const schema = this.#policy.recordSchema;
     const validated = records.map((stored) =>
-      validateStored(stored.value, stored.episode_id, schema),
+      this.#policy.recordFromStored(stored.value, stored.episode_id),
     );
     await this.install(validated, scope, signal);
   }
