@@ -211,6 +211,15 @@ describe("a worker that dies", { timeout: 120_000 }, () => {
     expect((status.body.report as { blockers: string[] }).blockers).toContain(
       "resources-worker-lost",
     );
+    // The surviving worker's health names how it ended too.
+    expect(
+      await waitFor(async () => {
+        const res = await fetch(`${run.url}/health`, { signal: AbortSignal.timeout(2_000) }).catch(
+          () => null,
+        );
+        return res !== null && (await res.text()).includes("signal SIGKILL");
+      }, 10_000),
+    ).toBe(true);
 
     const prepared = await run.control("prepare", {
       checkpoint_id: "c1",

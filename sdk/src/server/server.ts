@@ -5,7 +5,12 @@ import {
   type Server as HttpServer,
   type ServerResponse,
 } from "node:http";
-import type { AddressInfo } from "node:net";
+import {
+  createServer as createNetServer,
+  type AddressInfo,
+  type Server as NetServer,
+  type Socket,
+} from "node:net";
 import express, { Router, type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
 import swaggerUi from "swagger-ui-express";
@@ -31,6 +36,7 @@ import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 import { SessionRouter } from "./routing/session-router.js";
+import { SocketMux } from "./routing/socket-mux.js";
 
 /** The header naming a session's owner on a request that carries no session cookie. */
 export const SESSION_OWNER_HEADER = "x-ng-session-owner";
@@ -153,6 +159,8 @@ export class Server<Config = unknown> {
   #http: HttpServer | null = null;
   /** A worker's private socket, where other workers pass on its sessions' requests. */
   #privateHttp: HttpServer | null = null;
+  /** The socket other workers connect to, and their connections. */
+  #privateMux: { readonly server: NetServer; readonly sockets: Set<Socket> } | null = null;
   #router: SessionRouter | null = null;
   readonly #shutdown = ((): AbortController => {
     const controller = new AbortController();
@@ -465,14 +473,23 @@ export class Server<Config = unknown> {
       // Sessions live on the worker that made them: their requests go there first.
       this.#router = new SessionRouter(worker, (req) => this.sessionOwnerOf(req), app);
       listener = this.#router.listener;
+      // Requests other workers pass on arrive as streams of one socket per worker pair, each
+      // handed to an HTTP server of its own that never listens.
       const privateHttp = this.#createHttp(app);
       this.#privateHttp = privateHttp;
+      const muxSockets = new Set<Socket>();
+      const muxServer = createNetServer((socket) => {
+        muxSockets.add(socket);
+        socket.on("close", () => muxSockets.delete(socket));
+        new SocketMux(socket, (stream) => privateHttp.emit("connection", stream));
+      });
+      this.#privateMux = { server: muxServer, sockets: muxSockets };
       await new Promise<void>((resolve, reject) => {
-        privateHttp.once("error", reject);
+        muxServer.once("error", reject);
         // Exclusive: bound by this worker itself, not shared through the cluster's primary.
         const path = worker.socketOf(worker.routingId);
-        privateHttp.listen({ path, backlog: 65_535, exclusive: true }, () => {
-          privateHttp.off("error", reject);
+        muxServer.listen({ path, backlog: 65_535, exclusive: true }, () => {
+          muxServer.off("error", reject);
           resolve();
         });
       });
@@ -547,8 +564,12 @@ export class Server<Config = unknown> {
       for (const server of servers) server.closeAllConnections();
     }, this.shutdownGraceMs);
     grace.unref();
+    const mux = this.#privateMux;
+    this.#privateMux = null;
+    mux?.server.close();
     await closed;
     this.#router?.close();
+    for (const socket of mux?.sockets ?? []) socket.destroy();
     clearTimeout(grace);
     this.#shutdown.abort(new Error(`server ${this.name} is shutting down`));
     // Last: closing the client waits for its calls, which the aborted handlers have dropped.

@@ -5,13 +5,20 @@
  * request cancelled upstream; an owner that is gone is a typed 410.
  */
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, request, type IncomingMessage, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import {
+  createServer,
+  request,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+} from "node:http";
+import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import type { OwnerRoute } from "#sdk/control/workers/worker-link.js";
 import { SessionRouter } from "#sdk/server/routing/session-router.js";
+import { SocketMux } from "#sdk/server/routing/socket-mux.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {
@@ -27,6 +34,30 @@ async function listening(server: Server, at: string | number): Promise<void> {
         server.close(() => resolve());
       }),
   );
+}
+
+/**
+ * An owner worker at `socket`, as a server runs it: a socket per peer worker, each passed-on
+ * request a stream of it handed to an HTTP server that never listens. Returns how many
+ * sockets peers hold open to it.
+ */
+async function ownerAt(socket: string, handler: RequestListener): Promise<() => Promise<number>> {
+  const http = createServer(handler);
+  const server = createNetServer((peer) => {
+    new SocketMux(peer, (stream) => http.emit("connection", stream));
+  });
+  await new Promise<void>((resolve) => server.listen(socket, () => resolve()));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        http.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  return () =>
+    new Promise<number>((resolve, reject) =>
+      server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+    );
 }
 
 /** A router on a TCP port whose sessions named "owner" live behind `ownerSocket`. */
@@ -84,7 +115,7 @@ describe("SessionRouter", () => {
   it("passes a request for another worker's session through unchanged and streams the answer", async () => {
     const dir = ownerDir();
     const seen: { url?: string; custom?: string; body?: string } = {};
-    const owner = createServer((req, res) => {
+    await ownerAt(path.join(dir, "owner.sock"), (req, res) => {
       let body = "";
       req.on("data", (chunk: Buffer) => (body += chunk.toString()));
       req.on("end", () => {
@@ -93,7 +124,6 @@ describe("SessionRouter", () => {
         res.end("served by the owner");
       });
     });
-    await listening(owner, path.join(dir, "owner.sock"));
     const port = await routerTo(path.join(dir, "owner.sock"));
     expect(await send(port, "owner")).toEqual({ status: 201, body: "served by the owner" });
     expect(seen).toEqual({ url: "/seed?x=1", custom: "kept", body: '{"hello":"owner"}' });
@@ -108,14 +138,13 @@ describe("SessionRouter", () => {
     const cancellation = new Promise<void>((resolve) => (cancelled = resolve));
     // The owner never answers (a request parked behind a checkpoint, say): only a cancelled
     // upstream connection ends it.
-    const owner = createServer((req: IncomingMessage, res) => {
+    await ownerAt(path.join(dir, "owner.sock"), (req: IncomingMessage, res) => {
       res.on("close", () => {
         if (!res.writableFinished) cancelled();
       });
       req.resume();
       arrived();
     });
-    await listening(owner, path.join(dir, "owner.sock"));
     const port = await routerTo(path.join(dir, "owner.sock"));
     const client = new AbortController();
     const sending = send(port, "owner", client.signal).catch((error: unknown) => error);
@@ -123,6 +152,31 @@ describe("SessionRouter", () => {
     client.abort();
     expect(((await sending) as Error).name).toBe("AbortError");
     await cancellation;
+  });
+
+  it("passes hundreds of parked requests to an owner over one socket, each answered in turn", async () => {
+    const dir = ownerDir();
+    const parked: (() => void)[] = [];
+    const connections = await ownerAt(path.join(dir, "owner.sock"), (req, res) => {
+      req.resume();
+      parked.push(() => res.end(`answer to ${req.url}`));
+    });
+    const port = await routerTo(path.join(dir, "owner.sock"));
+    const replies = Array.from({ length: 300 }, () => send(port, "owner"));
+    await expect.poll(() => parked.length, { timeout: 10_000 }).toBe(300);
+    // Every request is parked at the owner, and the router holds one socket to it.
+    expect(await connections()).toBe(1);
+    for (const answer of parked.reverse()) answer();
+    const bodies = (await Promise.all(replies)).map((reply) => reply.body);
+    expect(bodies).toEqual(Array.from({ length: 300 }, () => "answer to /seed?x=1"));
+  });
+
+  it("answers 410 session_owner_gone when the owner's socket is not there", async () => {
+    const dir = ownerDir();
+    const port = await routerTo(path.join(dir, "owner.sock"));
+    const reply = await send(port, "owner");
+    expect(reply.status).toBe(410);
+    expect(JSON.parse(reply.body).error.code).toBe("session_owner_gone");
   });
 
   it("answers 410 session_owner_gone for a session whose worker is gone", async () => {

@@ -140,8 +140,14 @@ export class WorkerPool {
       member.channel.close();
     }
     const known = this.#lost.find((lost) => lost.pid === pid);
-    if (known !== undefined) known.exit = exit;
-    else this.#lose({ index, pid, exit });
+    if (known === undefined) {
+      this.#lose({ index, pid, exit });
+    } else {
+      // Lost when its channel closed; now its exit is known: every worker's health says how.
+      known.exit = exit;
+      this.#broadcastMembership();
+      this.#coordination?.changed();
+    }
   }
 
   /** The server is stopping: workers exiting now are not lost; each is asked to stop. */

@@ -9,14 +9,15 @@
  * @see docs/workers.md
  */
 import {
-  Agent,
   request as httpRequest,
   type IncomingMessage,
   type RequestListener,
   type ServerResponse,
 } from "node:http";
+import { connect } from "node:net";
 import type { OwnerRoute } from "../../control/workers/worker-link.js";
 import { GymError } from "../../errors.js";
+import { SocketMux } from "./socket-mux.js";
 
 /** What the router needs of the worker's link. */
 export interface OwnerDirectory {
@@ -69,7 +70,8 @@ export class SessionRouter {
   readonly #directory: OwnerDirectory;
   readonly #ownerOf: (req: IncomingMessage) => string | null;
   readonly #local: RequestListener;
-  readonly #agents = new Map<string, Agent>();
+  /** One socket per owner, every passed-on request a stream over it. */
+  readonly #muxes = new Map<string, SocketMux>();
 
   constructor(
     directory: OwnerDirectory,
@@ -105,31 +107,32 @@ export class SessionRouter {
     }
   };
 
-  /** Closes the pooled connections to other workers. */
+  /** Closes the sockets to other workers. */
   close(): void {
-    for (const agent of this.#agents.values()) agent.destroy();
-    this.#agents.clear();
+    for (const mux of this.#muxes.values()) mux.close();
+    this.#muxes.clear();
   }
 
-  #agentFor(routingId: string): Agent {
-    let agent = this.#agents.get(routingId);
-    if (agent === undefined) {
-      // Never capped: parked requests pin their connections, and a cap would queue the
-      // request that would let them go. Few idle ones kept, dropped well before the owner's
-      // keep-alive timeout so a reused connection is never closed under a request.
-      agent = new Agent({ keepAlive: true, maxFreeSockets: 64, timeout: 30_000 });
-      this.#agents.set(routingId, agent);
+  /** The mux to a worker, connected on first use and again after its socket went away. */
+  #muxFor(routingId: string): SocketMux {
+    let mux = this.#muxes.get(routingId);
+    if (mux === undefined || mux.closed) {
+      const socket = connect(this.#directory.socketOf(routingId));
+      mux = new SocketMux(socket);
+      this.#muxes.set(routingId, mux);
     }
-    return agent;
+    return mux;
   }
 
   #forward(req: IncomingMessage, res: ServerResponse, routingId: string): void {
+    const mux = this.#muxFor(routingId);
     const upstream = httpRequest({
-      socketPath: this.#directory.socketOf(routingId),
-      agent: this.#agentFor(routingId),
+      // A stream of the worker pair's one socket: a parked request holds no descriptor.
+      createConnection: () => mux.open(),
       method: req.method,
       path: req.url,
-      headers: endToEnd(req.headers),
+      // One exchange per stream: the owner closes it after the answer.
+      headers: { ...endToEnd(req.headers), connection: "close" },
     });
     const onClientGone = (): void => {
       if (!res.writableFinished) upstream.destroy();
@@ -145,7 +148,8 @@ export class SessionRouter {
       answer.on("error", () => res.destroy());
     });
     upstream.on("error", (error: NodeJS.ErrnoException) => {
-      if (res.writableEnded || req.destroyed) return;
+      // Not `req.destroyed`: a request whose body was read is destroyed while its answer is due.
+      if (res.writableEnded || res.destroyed) return;
       const gone = error.code === "ENOENT" || error.code === "ECONNREFUSED";
       refuse(
         res,
