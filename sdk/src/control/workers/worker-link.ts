@@ -164,18 +164,8 @@ export class WorkerLink {
 
   /** A control call received by this worker, answered by the coordinator. */
   async dispatch(operation: Operation, body: unknown): Promise<unknown> {
-    try {
-      const call = body === undefined ? { operation } : { operation, body };
-      return await this.#channel.call("control", call, null);
-    } catch (error) {
-      if (error instanceof ChannelClosedError) {
-        throw new GymError(
-          "checkpoint_coordinator_unavailable",
-          `this worker cannot reach the server's checkpoint coordinator: ${error.message}`,
-        );
-      }
-      throw error;
-    }
+    const call = body === undefined ? { operation } : { operation, body };
+    return await this.request("control", call as JsonValue);
   }
 
   /**
