@@ -77,9 +77,9 @@ export class MuxStream extends Duplex {
   }
 
   override _destroy(error: Error | null, done: (error?: Error | null) => void): void {
-    if (!this.#reset && !(this.#localEnded && this.#remoteEnded)) {
-      this.#mux.send(this.id, RESET);
-    }
+    // A side that sent all it had (END) owes the peer nothing more: a reset now could reach the
+    // peer before it has read that last data.
+    if (!this.#reset && !this.#localEnded) this.#mux.send(this.id, RESET);
     this.#mux.forget(this.id);
     done(error);
   }
@@ -99,6 +99,8 @@ export class MuxStream extends Duplex {
   /** The peer dropped the stream (or the mux is gone): `error` names why. */
   remoteReset(error: Error): void {
     this.#reset = true;
+    // Everything the peer sent has arrived (END came first): let it be read, not destroyed.
+    if (this.#remoteEnded) return;
     this.destroy(error);
   }
 
@@ -189,8 +191,8 @@ export class SocketMux {
   #dispatch(id: number, type: number, bytes: Buffer): void {
     let stream = this.#streams.get(id);
     if (stream === undefined) {
-      // A stream the peer opens announces itself with its first frame.
-      if (type === RESET || this.#onStream === null) return;
+      // A stream the peer opens starts with data; an end or reset of one already gone is late.
+      if (type !== DATA || this.#onStream === null) return;
       stream = new MuxStream(this, id);
       this.#streams.set(id, stream);
       this.#onStream(stream);
