@@ -6,6 +6,8 @@
 import { createHash } from "node:crypto";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
+import type { RecordBase } from "#sdk/wire/storage.js";
 
 /** The directory of one participant inside a checkpoint. */
 export function participantDir(checkpointDir: string, kind: string, instance: string): string {
@@ -40,4 +42,25 @@ export async function rewriteRecords(
     record_count: records.length,
   };
   await writeFile(manifestPath, JSON.stringify(updated));
+}
+
+/**
+ * Publishes `records` as they are (the writer does not validate) as the checkpoint `c1` of
+ * `resources`/`instance` in `checkpointDir`; returns the records file's bytes.
+ */
+export async function writeRecordsAs(
+  checkpointDir: string,
+  instance: string,
+  records: readonly object[],
+): Promise<Buffer> {
+  const writer = new RecordsWriter({
+    checkpointDir,
+    kind: "resources",
+    instance,
+    checkpointId: "c1",
+  });
+  const manifest = await writer.write(records as RecordBase[]);
+  return await readFile(
+    path.join(participantDir(checkpointDir, "resources", instance), manifest.records_file),
+  );
 }

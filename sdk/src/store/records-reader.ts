@@ -79,16 +79,6 @@ export async function readStoredCheckpoint(
 }
 
 /**
- * Validates one stored line into a participant's record, as a restore does.
- * @throws CheckpointStateError (`invalid_checkpoint_state`) naming the episode when it is not
- *   JSON, has no valid `episode_id`, or does not match `schema`
- */
-export function parseStoredLine<R extends RecordBase>(line: Buffer, schema: z.ZodType<R>): R {
-  const stored = decodeStoredLine(line);
-  return validateStored(stored.value, stored.episode_id, schema);
-}
-
-/**
  * Decodes a stored line and checks its `episode_id` (nothing else).
  * @throws CheckpointStateError when it is not JSON or names no valid episode
  */

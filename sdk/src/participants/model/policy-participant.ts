@@ -183,11 +183,6 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     this.#ledger = ledger;
   }
 
-  /** Whether this participant is one worker of several. */
-  get isWorker(): boolean {
-    return this.#worker !== null;
-  }
-
   /**
    * Claims the restored cut of `key` for a call whose request digest is `requestDigest`;
    * settle the claim with {@link settleCut} when the call leaves. Null when none matches.

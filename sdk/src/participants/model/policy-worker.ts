@@ -96,11 +96,6 @@ export class WorkerCutClaims {
     return [...this.#claimed].map(([key, claim]) => [key, claim.record]);
   }
 
-  /** Sorted keys this worker may claim or has claimed. */
-  keys(): string[] {
-    return [...new Set([...this.#keys, ...this.#claimed.keys()])].sort();
-  }
-
   /** Forgets the key of `episode` and earlier attempts of its rollout (a retire). */
   dropCovered(episode: EpisodeId): void {
     this.#keys.deleteCovered(episode);

@@ -4,14 +4,15 @@
  * byte-identical to the one the writer encodes from the records themselves.
  */
 import { createServer, connect, type Server } from "node:net";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { decodeExport, encodeExport } from "#sdk/control/workers/encoded-export.js";
 import { FrameBytes, FrameChannel, type FrameHandler } from "#sdk/control/workers/frame-channel.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
-import { ENCODED_LINE, RecordsWriter } from "#sdk/store/records-writer.js";
+import { ENCODED_LINE } from "#sdk/store/records-writer.js";
+import { writeRecordsAs } from "../../../support/craft-checkpoint.js";
 import type { RecordBase } from "#sdk/wire/storage.js";
 
 const cleanups: (() => void)[] = [];
@@ -45,17 +46,7 @@ const records = [
 ] as unknown as RecordBase[];
 
 async function writeAndRead(list: readonly RecordBase[]): Promise<Buffer> {
-  const dir = tempDir();
-  const writer = new RecordsWriter({
-    checkpointDir: dir,
-    kind: "resources",
-    instance: "counter",
-    checkpointId: "c1",
-  });
-  const manifest = await writer.write(list);
-  const participant = path.join(dir, "gym", "resources", "counter");
-  expect(readdirSync(participant)).toContain(manifest.records_file);
-  return readFileSync(path.join(participant, manifest.records_file));
+  return await writeRecordsAs(tempDir(), "counter", list);
 }
 
 describe("encoded exports", () => {

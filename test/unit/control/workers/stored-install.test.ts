@@ -15,8 +15,7 @@ import { WorkerLink } from "#sdk/control/workers/worker-link.js";
 import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
-import { RecordsWriter } from "#sdk/store/records-writer.js";
-import type { RecordBase } from "#sdk/wire/storage.js";
+import { writeRecordsAs } from "../../../support/craft-checkpoint.js";
 import { TestParticipant, restoreReq } from "../../../support/test-participant.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
@@ -64,13 +63,7 @@ async function server(count: number) {
 /** A checkpoint of `records` as stored (the writer does not validate). */
 async function checkpoint(records: readonly object[]): Promise<string> {
   const dir = tempDir();
-  const writer = new RecordsWriter({
-    checkpointDir: dir,
-    kind: "resources",
-    instance: "inst",
-    checkpointId: "c1",
-  });
-  await writer.write(records as RecordBase[]);
+  await writeRecordsAs(dir, "inst", records);
   return dir;
 }
 
