@@ -19,6 +19,13 @@ import {
  */
 export const IDLE = { keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 } as const;
 
+/**
+ * Bound on establishing a connection under a burst, in ms: see
+ * {@link ServerClientOptions.connectTimeoutMs}. Every pool that opens thousands of connections at
+ * once (the controller's, the policy model's to its backend) uses it.
+ */
+export const BURST_CONNECT_TIMEOUT_MS = 60_000;
+
 /** Options of a {@link ServerClient}; resolved and validated once at construction. */
 export interface ServerClientOptions {
   /**
@@ -72,7 +79,7 @@ function compile(options: ServerClientOptions): CompiledOptions {
     resourcesConnectionsPerServer: options.resourcesConnectionsPerServer ?? 256,
     controlConnectionsPerServer: options.controlConnectionsPerServer ?? 16,
     dataTimeoutMs: options.dataTimeoutMs ?? 3_600_000,
-    connectTimeoutMs: options.connectTimeoutMs ?? 60_000,
+    connectTimeoutMs: options.connectTimeoutMs ?? BURST_CONNECT_TIMEOUT_MS,
   };
   for (const [name, value] of Object.entries(compiled)) {
     const positive = name.endsWith("Ms");

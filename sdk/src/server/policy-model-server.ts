@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import type { Request, RequestHandler, Response } from "express";
 import { Agent, fetch } from "undici";
 import { z } from "zod";
-import { IDLE } from "../client/server-client.js";
+import { BURST_CONNECT_TIMEOUT_MS, IDLE } from "../client/server-client.js";
 import { CaptureAdmissionSchema, type CaptureAdmissionInput } from "../capture/admission.js";
 import { assistantFingerprint, conversationDigest } from "../capture/fingerprints.js";
 import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
@@ -101,8 +101,16 @@ export class PolicyModelServer<
   #ledger: CaptureLedger | null = null;
   #cuts: CutRequester | null = null;
   #checkpointId = "";
-  /** The backend's pool: generations can take long, and many run at once. */
-  readonly #backend = new Agent({ ...IDLE, headersTimeout: 0, bodyTimeout: 0 });
+  /**
+   * The backend's pool: generations can take long, and many start at once (thousands of held
+   * calls open as many connections, which one backend process accepts only so fast).
+   */
+  readonly #backend = new Agent({
+    ...IDLE,
+    connect: { timeout: BURST_CONNECT_TIMEOUT_MS },
+    headersTimeout: 0,
+    bodyTimeout: 0,
+  });
 
   constructor(options: ServerOptions) {
     super(options);
