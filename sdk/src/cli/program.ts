@@ -156,6 +156,39 @@ function buildProgram(handlers: Handlers): Command {
   registerCkpt(program, handlers);
 
   program
+    .command("collect")
+    .description(
+      "run every row of a JSONL task file through the deployment, one output row per rollout; checkpoints on SIGUSR1, checkpoint-and-stop on SIGTERM (exit 75)",
+    )
+    .argument("<tasks>", "the JSON Lines file of tasks (one object per line)")
+    .option("--output <file>", "where rows go (default: rollouts.jsonl in --checkpoint-dir)")
+    .option("--state <file>", "the run's state file (default: .gym/run.json)")
+    .option("--deployment <file>", "find the state file next to this deployment file")
+    .option("--concurrency <n>", "rows in flight at once", "16")
+    .option("--repeats <k>", "rollouts per task, each with its own rollout ID", "1")
+    .option("--environment <name>", "the environment server of rows that name none")
+    .option("--route-field <field>", "the row field naming its environment server", "environment")
+    .option(
+      "--taskset <name>",
+      "task set of rows whose task_id is not an object (default: file name)",
+    )
+    .option("--checkpoint-dir <dir>", "checkpoint here; keeps the dispatch log and the run")
+    .option("--checkpoint-every <duration>", "also checkpoint this often while rows are in flight")
+    .option("--resume", "continue the run --checkpoint-dir holds (a new one when it holds none)")
+    .option("--reset", "discard the run --checkpoint-dir holds and the output, then start over")
+    .option("--max-attempts <n>", "sends of a row without a reply before it fails", "3")
+    .option("--step-timeout <duration>", "bound on each checkpoint step", "60s")
+    .option("--run-timeout <duration>", "bound on one /run (default: 1h)")
+    .option("--json", "print the summary as JSON")
+    .action(
+      run(async (tasks: string, flags: import("./collect.js").CollectFlags) => {
+        handlers.json(flags.json === true);
+        const { collectCommand } = await import("./collect.js");
+        return await collectCommand(tasks, flags, io);
+      }),
+    );
+
+  program
     .command("openapi")
     .description("write the OpenAPI documents generated from the wire schemas")
     .option("--out <dir>", "output directory", "openapi")
