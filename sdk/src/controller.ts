@@ -1,8 +1,9 @@
 /**
  * gym-participant-sdk/controller: the training controller's side. Calls to the servers of a
  * deployment ({@link ServerClient}), the checkpoint coordination across participants
- * (discover, prepare, commit, resume, restore, retire, forget), the deployment file, and the
- * shapes of control requests, replies and checkpoint manifests.
+ * (discover, prepare, commit, resume, restore, retire, forget), rollout collection over a dataset
+ * ({@link collect}), the deployment file, and the shapes of control requests, replies and
+ * checkpoint manifests.
  *
  * @see docs/controller.md
  * @packageDocumentation
@@ -58,6 +59,28 @@ export type {
 } from "./client/coordination.js";
 export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-everywhere.js";
 export type { CommitStep } from "./client/commit-everywhere.js";
+
+// Rollout collection (what `gym collect` runs)
+export { Collection, CollectError, EXIT_PREEMPTED, collect } from "./collect/collector.js";
+export type {
+  CheckpointOutcome,
+  CollectEvent,
+  CollectOptions,
+  CollectProgress,
+  CollectSummary,
+} from "./collect/collector.js";
+export type { FailureKind, RolloutRow, RowFailure } from "./collect/rollout-row.js";
+export { TaskFileError } from "./collect/task-rows.js";
+export { JournalCorruptError } from "./collect/jsonl-journal.js";
+export {
+  CollectionDirError,
+  CollectionManifestSchema,
+  RowEpisodeSchema,
+  RunFileSchema,
+} from "./collect/collection-dir.js";
+export { TaskIdSchema } from "./wire/environment.js";
+export type { TaskId } from "./wire/environment.js";
+export type { CollectionManifest, RowEpisode, RunFile } from "./collect/collection-dir.js";
 
 // The deployment file
 export {

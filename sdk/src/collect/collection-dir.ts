@@ -37,7 +37,8 @@ export const RunFileSchema = z.strictObject({
 });
 export type RunFile = z.infer<typeof RunFileSchema>;
 
-const RowEpisodeSchema = z.strictObject({
+/** A row a checkpoint names. */
+export const RowEpisodeSchema = z.strictObject({
   rollout_id: z.string().min(1),
   attempt: z.number().int().nonnegative(),
   row: z.number().int().nonnegative(),

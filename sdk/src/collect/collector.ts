@@ -367,6 +367,7 @@ export class Collection {
         this.#fencer = new Fencer<Pending>({
           retire: async (episodes) => await this.#retireEverywhere(episodes),
           settled: (pending, fenced) => this.#afterFence(pending, fenced),
+          changed: () => this.#wake(),
           logger: this.#log,
         });
       }

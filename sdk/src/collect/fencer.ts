@@ -19,6 +19,8 @@ export interface FencerHooks<T> {
   retire(episodes: readonly EpisodeId[]): Promise<void>;
   /** Told each item once its attempt was retired (`fenced`), or given up on. */
   settled(item: T, fenced: boolean): Promise<void> | void;
+  /** Told after each item stopped counting in {@link Fencer.size}. */
+  changed(): void;
   readonly logger: Logger;
 }
 
@@ -84,6 +86,7 @@ export class Fencer<T> {
           await this.hooks.settled(entry.item, fenced);
         } finally {
           this.#running--;
+          this.hooks.changed();
         }
       }
     }
