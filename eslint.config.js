@@ -18,6 +18,7 @@ const LAYERS = [
   "capture",
   "participants",
   "client",
+  "collect",
   "deployment",
   "server",
   "testing",

@@ -42,7 +42,7 @@ export function eventLine(event: CollectEvent): string {
       const outcome = event.outcome;
       switch (outcome.status) {
         case "published":
-          return `checkpoint ${outcome.checkpointId} published: ${outcome.continued} rows continued, ${outcome.restarted} restart, dispatch paused ${Math.round(outcome.pauseMs)} ms`;
+          return `checkpoint ${outcome.checkpointId} published: ${outcome.continued} rows continued, ${outcome.restarted} restarted, dispatch paused ${Math.round(outcome.pauseMs)} ms`;
         case "missed": {
           const busy = Object.entries(outcome.blockers)
             .map(([server, blockers]) => `${server}: ${blockers.length}`)

@@ -201,7 +201,7 @@ export class Collection {
   #sourceDone = false;
   #pulling: Promise<Pending | null> | null = null;
   readonly #queue: Pending[] = [];
-  /** Rollouts the queue or a fence holds (not to be taken from the source again). */
+  /** Rollouts restored or fenced at the start: the input's pass skips them. */
   readonly #claimed = new Set<string>();
   readonly #inFlight = new Map<string, Pending & { readonly startedAt: number }>();
   readonly #restoredWaiting = new Map<string, Pending>();
@@ -619,8 +619,8 @@ export class Collection {
       const row = this.#sourceRow;
       const repeat = this.#sourceRepeat++;
       const rolloutId = rowRolloutId(this.#runId, row.index, repeat);
+      // The input is read once, in order: only rows queued at the start can come up again.
       if (this.#output.has(rolloutId) || this.#claimed.has(rolloutId)) continue;
-      this.#claimed.add(rolloutId);
       return { row, repeat, episode: episodeId(rolloutId, 0), restored: false, lost: 0 };
     }
   }

@@ -1,0 +1,137 @@
+/**
+ * `npm run bench:collect`: rollout collection through the reference deployment, with a
+ * checkpoint every 10 s against none, measured in the same run on the same servers. Prints rows/s
+ * of each (medians over `--runs`), their ratio, and the dispatch pause of each checkpoint
+ * (prepare through resume). Figures only: nothing here asserts on time.
+ *
+ *   npm run bench:collect -- [--rows 10000] [--concurrency 1000] [--every 10s] [--runs 1]
+ */
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { Command } from "commander";
+import { DeploymentRun } from "../../demo/deployment-run.js";
+import { collect, type CollectSummary } from "#sdk/collect/collector.js";
+import { parseDuration } from "#sdk/cli/duration.js";
+
+const options = new Command("bench:collect")
+  .option("--rows <n>", "rows in the dataset", (v) => Number.parseInt(v, 10), 10_000)
+  .option("--concurrency <n>", "rows in flight", (v) => Number.parseInt(v, 10), 1_000)
+  .option("--every <duration>", "checkpoint interval of the checkpointed runs", "10s")
+  .option("--runs <n>", "runs of each variant, alternated", (v) => Number.parseInt(v, 10), 1)
+  .option("--dir <dir>", "run directory (default: a new temporary directory)")
+  .parse()
+  .opts<{ rows: number; concurrency: number; every: string; runs: number; dir?: string }>();
+const everyMs = parseDuration(options.every, "--every");
+
+const INCREMENT = {
+  type: "function",
+  name: "increment_counter",
+  description: "Add count to the counter",
+  parameters: { type: "object", properties: { count: { type: "integer" } }, required: ["count"] },
+};
+
+const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-bench-collect-"));
+const tasks = path.join(dir, "tasks.jsonl");
+writeFileSync(
+  tasks,
+  Array.from(
+    { length: options.rows },
+    (_, i) =>
+      `${JSON.stringify({
+        task_id: `counter-${i}`,
+        environment: "counter_env",
+        task_input: {
+          responses_create_params: { input: "Increment the counter once.", tools: [INCREMENT] },
+          task_data: { initial_count: 0, target: 1 },
+        },
+      })}\n`,
+  ).join(""),
+);
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+
+const run = new DeploymentRun(dir);
+try {
+  process.stderr.write(`serve    the reference deployment\n`);
+  await run.serve();
+  const participants = await run.participants();
+  // A warm-up run first (not measured): the first rows through fresh servers pay for JIT.
+  const warmup = path.join(dir, "warmup");
+  await collect({
+    client: participants.client,
+    participants,
+    input: tasks,
+    output: path.join(warmup, "rollouts.jsonl"),
+    checkpointDir: warmup,
+    concurrency: options.concurrency,
+  });
+  process.stderr.write(`warm-up  ${options.rows} rows (not measured)\n`);
+  const rates: Record<"none" | "every", number[]> = { none: [], every: [] };
+  const pauses: number[] = [];
+  let published = 0;
+  let missed = 0;
+  for (let i = 0; i < options.runs; i++) {
+    for (const variant of ["none", "every"] as const) {
+      const checkpointDir = path.join(dir, `${variant}-${i}`);
+      const started = performance.now();
+      const summary: CollectSummary = await collect({
+        client: participants.client,
+        participants,
+        input: tasks,
+        output: path.join(checkpointDir, "rollouts.jsonl"),
+        checkpointDir,
+        concurrency: options.concurrency,
+        ...(variant === "every" ? { checkpointEveryMs: everyMs } : {}),
+        onEvent: (event) => {
+          if (event.type !== "checkpoint") return;
+          const outcome = event.outcome;
+          if (outcome.status === "published") {
+            published++;
+            pauses.push(outcome.pauseMs);
+          } else if (outcome.status !== "unavailable") missed++;
+          process.stderr.write(
+            `  checkpoint ${outcome.status}${"pauseMs" in outcome ? ` (paused ${Math.round(outcome.pauseMs)} ms)` : ""}${outcome.status === "published" ? `, ${outcome.continued} rows continued` : ""}\n`,
+          );
+        },
+      });
+      const seconds = (performance.now() - started) / 1000;
+      if (summary.finished !== options.rows) {
+        throw new Error(`${variant}: ${summary.finished} of ${options.rows} rows finished`);
+      }
+      const rate = options.rows / seconds;
+      rates[variant].push(rate);
+      process.stderr.write(
+        `collect  ${variant === "none" ? "no checkpoints" : `a checkpoint every ${options.every}`}: ${options.rows} rows in ${seconds.toFixed(1)} s, ${rate.toFixed(1)} rows/s\n`,
+      );
+    }
+  }
+  const none = median(rates.none);
+  const every = median(rates.every);
+  const rows: [string, string][] = [
+    ["rows", String(options.rows)],
+    ["concurrency", String(options.concurrency)],
+    ["runs of each variant", String(options.runs)],
+    ["rows/s without checkpoints (median)", none.toFixed(1)],
+    [`rows/s with a checkpoint every ${options.every} (median)`, every.toFixed(1)],
+    ["ratio (with / without)", (every / none).toFixed(3)],
+    ["checkpoints published / missed", `${published} / ${missed}`],
+    [
+      "dispatch pause per checkpoint (median, max)",
+      pauses.length === 0
+        ? "-"
+        : `${median(pauses).toFixed(0)} ms, ${Math.max(...pauses).toFixed(0)} ms`,
+    ],
+  ];
+  const width = Math.max(...rows.map(([k]) => k.length));
+  process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
+} finally {
+  await run.stop().catch(() => undefined);
+  if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
+}
