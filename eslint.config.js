@@ -7,6 +7,7 @@ import tseslint from "typescript-eslint";
  */
 const LAYERS = [
   "util",
+  "telemetry",
   "json",
   "errors",
   "identity",

@@ -20,9 +20,12 @@ import { COMPILED_CLI, REPO } from "./gym-process.js";
 const DATASET = path.join(REPO, "reference-servers", "datasets", "counter.jsonl");
 const EXIT_PREEMPTED = 75;
 
+/** `--concurrency`: a positive whole number, refused as typed otherwise. */
 function positiveInteger(value: string): number {
   if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
-    throw new InvalidArgumentError(`expected a positive integer, got ${JSON.stringify(value)}`);
+    throw new InvalidArgumentError(
+      `--concurrency must be a positive integer, got ${JSON.stringify(value)}`,
+    );
   }
   return Number(value);
 }

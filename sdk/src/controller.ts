@@ -163,7 +163,9 @@ export { readCheckpoint } from "./store/records-reader.js";
 export type { ReadRequest, ReadResult } from "./store/records-reader.js";
 export type { ParticipantLocation } from "./store/paths.js";
 
-export type { CheckpointSettings } from "./wire/settings.js";
+export type { CheckpointSettings, TelemetrySettings } from "./wire/settings.js";
+export { startTelemetry, stopTelemetry } from "./telemetry/setup.js";
+export type { TelemetryOptions } from "./telemetry/setup.js";
 
 // Errors a control route answers with
 export { ERROR_CATALOGUE, GymError } from "./errors.js";

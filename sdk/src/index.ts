@@ -60,10 +60,25 @@ export {
 export type { JsonValue } from "./json/json-value.js";
 
 // Servers and data routes
-export { Server, resolveCheckpointSettings } from "./server/server.js";
+export { Server, resolveCheckpointSettings, resolveTelemetrySettings } from "./server/server.js";
 export type { ListeningAddress, ServerOptions } from "./server/server.js";
-export { CheckpointSettingsSchema } from "./wire/settings.js";
-export type { CheckpointSettings, CheckpointSettingsInput } from "./wire/settings.js";
+export { CheckpointSettingsSchema, TelemetrySettingsSchema } from "./wire/settings.js";
+export type {
+  CheckpointSettings,
+  CheckpointSettingsInput,
+  TelemetrySettings,
+  TelemetrySettingsInput,
+} from "./wire/settings.js";
+
+// Telemetry (docs/observability.md)
+export {
+  metricsHandler,
+  startTelemetry,
+  stopTelemetry,
+  telemetryStarted,
+} from "./telemetry/setup.js";
+export type { TelemetryOptions } from "./telemetry/setup.js";
+export { ATTR as TELEMETRY_ATTRIBUTES, METRIC as TELEMETRY_METRICS } from "./telemetry/names.js";
 export { dataRoute } from "./server/data-route.js";
 export type { DataRoute, RouteInput } from "./server/data-route.js";
 export type { RouteDoc } from "./wire/route-doc.js";

@@ -11,6 +11,7 @@
  *
  * @see docs/deployment.md
  */
+import { prettyFactory } from "pino-pretty";
 import { spawn, type ChildProcess } from "node:child_process";
 import {
   closeSync,
@@ -223,8 +224,32 @@ async function waitHealthy(
 }
 
 /** Streams new lines of each log to `out`, prefixed by the server's name. */
+/**
+ * How a log line is shown: JSON lines through `pino-pretty` on a terminal or with
+ * `LOG_FORMAT=pretty` (`LOG_FORMAT=json` keeps them raw); anything else as it is. The log files
+ * themselves stay JSON.
+ */
+function lineFormatter(io: Io): (line: string) => string {
+  const format = io.env.LOG_FORMAT?.toLowerCase();
+  const pretty = format === "pretty" || (format !== "json" && process.stdout.isTTY === true);
+  if (!pretty) return (line) => line;
+  const prettify = prettyFactory({
+    colorize: process.stdout.isTTY === true,
+    ignore: "pid,hostname",
+  });
+  return (line) => {
+    if (!line.startsWith("{")) return line;
+    try {
+      return prettify(JSON.parse(line) as Record<string, unknown>).replace(/\n$/, "");
+    } catch {
+      return line;
+    }
+  };
+}
+
 function tailLogs(children: readonly Child[], io: Io): { stop(): Promise<void> } {
   const width = Math.max(...children.map((child) => child.name.length));
+  const format = lineFormatter(io);
   const state = children.map((child) => ({ child, offset: child.logStart, partial: "" }));
   let running = true;
   const poll = async (): Promise<void> => {
@@ -244,7 +269,15 @@ function tailLogs(children: readonly Child[], io: Io): { stop(): Promise<void> }
           const text = entry.partial + buffer.subarray(0, bytesRead).toString("utf8");
           const lines = text.split("\n");
           entry.partial = lines.pop() ?? "";
-          for (const line of lines) io.out(`${entry.child.name.padEnd(width)} | ${line}`);
+          for (const line of lines) {
+            const prefix = `${entry.child.name.padEnd(width)} | `;
+            io.out(
+              format(line)
+                .split("\n")
+                .map((part) => `${prefix}${part}`)
+                .join("\n"),
+            );
+          }
         }
       } finally {
         await handle.close();

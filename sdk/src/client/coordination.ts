@@ -16,6 +16,8 @@ import {
   type EpisodeId,
 } from "../identity/episode-id.js";
 import { sleep } from "../util/deadline.js";
+import { ATTR } from "../telemetry/names.js";
+import { inSpan } from "../telemetry/spans.js";
 import {
   MAX_DEADLINE_AHEAD_SECONDS,
   PARTICIPANT_KINDS,
@@ -181,6 +183,20 @@ export async function discover(
   return { client, token, members, logger: options.logger };
 }
 
+/** The controller's span of one coordination step: `gym.checkpoint.coordinate.<operation>`. */
+async function coordinateSpan<T>(
+  operation: string,
+  checkpointId: string,
+  fn: () => Promise<T>,
+  attributes: Record<string, number> = {},
+): Promise<T> {
+  return await inSpan(
+    `gym.checkpoint.coordinate.${operation}`,
+    { [ATTR.checkpointId]: checkpointId, ...attributes },
+    async () => await fn(),
+  );
+}
+
 function encode(body: unknown): Uint8Array {
   return Buffer.from(JSON.stringify(body), "utf8");
 }
@@ -302,6 +318,17 @@ export async function prepare(
     readonly onStage?: (kind: ParticipantKind, elapsedMs: number) => void;
   } = {},
 ): Promise<PrepareResult> {
+  return await coordinateSpan("prepare", checkpointId, async () => {
+    return await prepareStages(participants, checkpointId, deadlineTs, options);
+  });
+}
+
+async function prepareStages(
+  participants: Participants,
+  checkpointId: string,
+  deadlineTs: number,
+  options: { readonly onStage?: (kind: ParticipantKind, elapsedMs: number) => void },
+): Promise<PrepareResult> {
   const replies: Record<string, PrepareReply> = {};
   const restarts = new Set<string>();
   for (const kind of PREPARE_ORDER) {
@@ -310,12 +337,11 @@ export async function prepare(
     const body: Record<string, unknown> = { checkpoint_id: checkpointId, deadline_ts: deadlineTs };
     if (restarts.size > 0) body.restarts = [...restarts].sort();
     const started = performance.now();
-    const stageReplies = await fanOut<PrepareReply>(
-      participants,
-      stage,
-      "prepare",
-      encode(body),
-      deadlineTs,
+    const stageReplies = await inSpan(
+      `gym.checkpoint.coordinate.prepare.${kind}`,
+      { [ATTR.stage]: kind },
+      async () =>
+        await fanOut<PrepareReply>(participants, stage, "prepare", encode(body), deadlineTs),
     );
     options.onStage?.(kind, performance.now() - started);
     Object.assign(replies, stageReplies);
@@ -367,13 +393,19 @@ export async function commit(
     episode_ids: options.episodeIds === null ? null : options.episodeIds.map(episodeIdToWire),
   };
   if (options.stop === true) body.stop = true;
-  return await fanOut(
-    participants,
-    participants.members,
+  return await coordinateSpan(
     "commit",
-    encode(body),
-    options.deadlineTs,
-    options.onReply,
+    options.checkpointId,
+    async () =>
+      await fanOut<CommitReply>(
+        participants,
+        participants.members,
+        "commit",
+        encode(body),
+        options.deadlineTs,
+        options.onReply,
+      ),
+    options.episodeIds === null ? {} : { [ATTR.episodes]: options.episodeIds.length },
   );
 }
 
@@ -403,6 +435,18 @@ export async function restore(
 ): Promise<Record<string, RestoreReply>> {
   // A mistaken deadline is refused before the try: it must not trigger the rollback below.
   checkDeadline(options.deadlineTs);
+  return await coordinateSpan(
+    "restore",
+    options.checkpointId,
+    async () => await restoreAllOrNothing(participants, options),
+    { [ATTR.episodes]: options.episodeIds.length },
+  );
+}
+
+async function restoreAllOrNothing(
+  participants: Participants,
+  options: RestoreOptions,
+): Promise<Record<string, RestoreReply>> {
   const body = {
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
@@ -476,6 +520,18 @@ export async function resume(
   checkpointId: string,
   deadlineTs: number,
 ): Promise<Record<string, ResumeReply>> {
+  return await coordinateSpan(
+    "resume",
+    checkpointId,
+    async () => await resumeStages(participants, checkpointId, deadlineTs),
+  );
+}
+
+async function resumeStages(
+  participants: Participants,
+  checkpointId: string,
+  deadlineTs: number,
+): Promise<Record<string, ResumeReply>> {
   const bytes = encode({ checkpoint_id: checkpointId, deadline_ts: deadlineTs });
   const replies: Record<string, ResumeReply> = {};
   const failures: Record<string, string> = {};
@@ -509,7 +565,12 @@ export async function retire(
     deadline_ts: deadlineTs,
     episode_ids: episodeIds.map(episodeIdToWire),
   });
-  return await callersFirst<RetireReply>(participants, "retire", bytes, deadlineTs);
+  return await coordinateSpan(
+    "retire",
+    checkpointId,
+    async () => await callersFirst<RetireReply>(participants, "retire", bytes, deadlineTs),
+    { [ATTR.episodes]: episodeIds.length },
+  );
 }
 
 /** Forgets finished rollouts everywhere, callers first. No call when the list is empty. */
@@ -526,7 +587,12 @@ export async function forget(
     deadline_ts: deadlineTs,
     rollout_ids: unique,
   });
-  return await callersFirst<ForgetReply>(participants, "forget", bytes, deadlineTs);
+  return await coordinateSpan(
+    "forget",
+    checkpointId,
+    async () => await callersFirst<ForgetReply>(participants, "forget", bytes, deadlineTs),
+    { [ATTR.rollouts]: unique.length },
+  );
 }
 
 /** Runs RETIRE_ORDER stage by stage (callers before callees); the first failing stage stops it. */

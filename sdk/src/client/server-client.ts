@@ -1,3 +1,4 @@
+import { context, propagation } from "@opentelemetry/api";
 import { Agent, Pool, type Dispatcher } from "undici";
 import { ConfigError } from "../errors.js";
 import { timeoutSignal } from "../util/deadline.js";
@@ -11,6 +12,15 @@ import {
   UnknownServerError,
   type UnreachableReason,
 } from "./errors.js";
+
+/**
+ * `headers` with the active trace context (`traceparent`) added, so the called server continues
+ * the caller's trace. Without a registered propagator (tracing off) nothing is added.
+ */
+function withTraceContext(headers: Record<string, string>): Record<string, string> {
+  propagation.inject(context.active(), headers);
+  return headers;
+}
 
 /**
  * Idle keep-alive connections are dropped after 4 s on this side, well before a gym server
@@ -353,11 +363,11 @@ export class ServerClient {
         path,
         method,
         signal,
-        headers: {
+        headers: withTraceContext({
           ...(call.body === null ? {} : { "content-type": "application/json" }),
           ...this.#serverHeaders[server],
           ...call.headers,
-        },
+        }),
         body: call.body,
         // The whole-call bound is the signal; undici's own timers would cut long generations.
         headersTimeout: 0,

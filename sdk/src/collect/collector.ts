@@ -24,6 +24,8 @@ import type { ServerClient } from "../client/server-client.js";
 import { episodeId, nextAttempt, type EpisodeId } from "../identity/episode-id.js";
 import { deferred, type Deferred } from "../util/deferred.js";
 import { Mutex } from "../util/mutex.js";
+import { ATTR } from "../telemetry/names.js";
+import { inSpan } from "../telemetry/spans.js";
 import { CollectionDir, type CollectionManifest, type RowEpisode } from "./collection-dir.js";
 import { DispatchLog } from "./dispatch-log.js";
 import { Fencer } from "./fencer.js";
@@ -422,13 +424,23 @@ export class Collection {
     const dir = this.#dir as CollectionDir;
     const episodes = entries.map((entry) => episodeId(entry.rollout_id, entry.attempt));
     try {
-      await restore(participants, {
-        checkpointId: manifest.checkpoint_id,
-        checkpointDir: dir.checkpointDir(manifest.checkpoint_id),
-        episodeIds: episodes,
-        deadlineTs: this.#deadline(),
-      });
-      await resume(participants, manifest.checkpoint_id, this.#deadline());
+      await inSpan(
+        "gym.collect.restore",
+        {
+          [ATTR.runId]: this.#runId,
+          [ATTR.checkpointId]: manifest.checkpoint_id,
+          [ATTR.rows]: entries.length,
+        },
+        async () => {
+          await restore(participants, {
+            checkpointId: manifest.checkpoint_id,
+            checkpointDir: dir.checkpointDir(manifest.checkpoint_id),
+            episodeIds: episodes,
+            deadlineTs: this.#deadline(),
+          });
+          await resume(participants, manifest.checkpoint_id, this.#deadline());
+        },
+      );
     } catch (error) {
       // All or nothing: the restore's own rollback retired what it could; the rows start over
       // from their input after their replacement attempts are fenced here as well.
@@ -811,6 +823,25 @@ export class Collection {
     if (this.#stopping) return { status: "unavailable", reason: "the run is stopping" };
     return await this.#checkpointLock.runExclusive(async () => {
       const id = this.#controlId(`c${++this.#checkpointSeq}`);
+      return await inSpan(
+        "gym.collect.checkpoint",
+        { [ATTR.runId]: this.#runId, [ATTR.checkpointId]: id },
+        async (span) => {
+          const outcome = await this.#checkpointLocked(id, stop, participants, dir);
+          span.setAttribute("nemo.gym.collect.outcome", outcome.status);
+          return outcome;
+        },
+      );
+    });
+  }
+
+  async #checkpointLocked(
+    id: string,
+    stop: boolean,
+    participants: Participants,
+    dir: CollectionDir,
+  ): Promise<CheckpointOutcome> {
+    {
       const started = performance.now();
       this.#paused = true;
       this.#resumed = deferred();
@@ -894,7 +925,7 @@ export class Collection {
       }
       this.#emit({ type: "checkpoint", outcome });
       return outcome;
-    });
+    }
   }
 
   #count(outcome: CheckpointOutcome): void {

@@ -1,3 +1,5 @@
+import { stat } from "node:fs/promises";
+import path from "node:path";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
@@ -15,6 +17,7 @@ import {
   type ReadResult,
   type StoredRecord,
 } from "../store/records-reader.js";
+import { participantDir, type ParticipantLocation } from "../store/paths.js";
 import { RecordsWriter, refuseOccupiedDir } from "../store/records-writer.js";
 import {
   awaitUntil,
@@ -26,6 +29,9 @@ import {
   sleep,
 } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
+import { recordEvent, recordOperation, recordVolume } from "../telemetry/metrics.js";
+import { ATTR } from "../telemetry/names.js";
+import { inSpan, tracer } from "../telemetry/spans.js";
 import { Mutex } from "../util/mutex.js";
 import {
   CheckpointRequestSchema,
@@ -116,6 +122,31 @@ function swallow(promise: Promise<unknown>): void {
 }
 
 /**
+ * A child span of the active one over a stretch already timed (`performance.now()` values):
+ * export and write run as tasks a retried commit joins, so they are spanned once they are done.
+ */
+function timedSpan(
+  name: string,
+  startMs: number,
+  endMs: number,
+  attributes: Record<string, number>,
+): void {
+  tracer().startSpan(name, { startTime: startMs, attributes }).end(endMs);
+}
+
+/** The size of a restored records file (0 when it cannot be read: only a figure). */
+async function recordsFileBytes(
+  location: ParticipantLocation,
+  recordsFile: string,
+): Promise<number> {
+  try {
+    return (await stat(path.join(participantDir(location), recordsFile))).size;
+  } catch {
+    return 0;
+  }
+}
+
+/**
  * The checkpoint control plane of one participant (see docs/control-plane.md): the phase machine,
  * fencing, replay of completed operations, the lease, and the commit/restore storage flow. Free of
  * HTTP: the express router hands it `(operation, body)` through {@link dispatch}.
@@ -161,6 +192,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     return this.#phase;
   }
 
+  /** Whether a restore's install is still running (it may outlive the restore's deadline). */
+  get installing(): boolean {
+    return this.#install !== null;
+  }
+
   /** The active checkpoint ID, or null. */
   get checkpointId(): string | null {
     return this.#checkpointId;
@@ -176,6 +212,40 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
    * runs the operation. The single entry point of every control route.
    */
   async dispatch(operation: Operation, body: unknown): Promise<unknown> {
+    if (operation === "status" || operation === "renew") return await this.#run(operation, body);
+    // Every other operation gets a span and a duration, whatever its outcome.
+    const fields = (typeof body === "object" && body !== null ? body : {}) as Record<
+      string,
+      unknown
+    >;
+    const attributes: Record<string, string | number> = {
+      [ATTR.kind]: this.participant.kind,
+      [ATTR.instance]: this.instance,
+    };
+    if (typeof fields.checkpoint_id === "string")
+      attributes[ATTR.checkpointId] = fields.checkpoint_id;
+    if (Array.isArray(fields.episode_ids)) attributes[ATTR.episodes] = fields.episode_ids.length;
+    if (Array.isArray(fields.rollout_ids)) attributes[ATTR.rollouts] = fields.rollout_ids.length;
+    const started = performance.now();
+    let outcome: "ok" | "error" = "error";
+    try {
+      return await inSpan(`gym.checkpoint.${operation}`, attributes, async (span) => {
+        const reply = await this.#run(operation, body);
+        span.setAttribute(ATTR.phase, this.#phase);
+        outcome = "ok";
+        return reply;
+      });
+    } finally {
+      recordOperation(
+        operation,
+        this.participant.kind,
+        outcome,
+        (performance.now() - started) / 1000,
+      );
+    }
+  }
+
+  async #run(operation: Operation, body: unknown): Promise<unknown> {
     switch (operation) {
       case "status":
         await this.participant.settled();
@@ -243,7 +313,9 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     });
     if (replay !== null) return replay;
     try {
-      await this.#waitReady(id, request.deadline_ts);
+      await inSpan("gym.checkpoint.wait_ready", {}, async () => {
+        await this.#waitReady(id, request.deadline_ts);
+      });
     } catch (error) {
       await this.#lock.runExclusive(async () => {
         if (this.#checkpointId === id && this.#phase === "preparing") await this.#abandonPrepare();
@@ -347,6 +419,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       };
       this.#phase = "committed";
       this.#store(id, "commit", args, reply);
+      const bytes = write.writer.bytesWritten;
+      const parts = { [ATTR.records]: records.length, [ATTR.bytes]: bytes };
+      timedSpan("gym.checkpoint.export", startedAt, exportedAt, { [ATTR.records]: records.length });
+      timedSpan("gym.checkpoint.write", exportedAt, writtenAt, parts);
+      recordVolume("commit", this.participant.kind, records.length, bytes);
       this.#log.info(
         {
           checkpointId: id,
@@ -468,6 +545,14 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         restored: sortedCaptureKeys(records.map((record) => nextAttempt(record.episode_id))),
       };
       this.#store(id, "restore", args, reply);
+      const installedAt = performance.now();
+      const bytes = await recordsFileBytes(location, manifest.records_file);
+      timedSpan("gym.checkpoint.read", startedAt, readAt, {
+        [ATTR.records]: records.length,
+        [ATTR.bytes]: bytes,
+      });
+      timedSpan("gym.checkpoint.install", readAt, installedAt, { [ATTR.records]: records.length });
+      recordVolume("restore", this.participant.kind, records.length, bytes);
       this.#log.info(
         {
           checkpointId: id,
@@ -873,6 +958,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
             if (this.#checkpointId !== id || this.#leaseExpiresAt === null) return true;
             if (this.#leaseExpiresAt * 1000 > Date.now()) return false; // renewed meanwhile
             this.#log.warn({ checkpointId: id }, "lease expired: resuming on our own");
+            recordEvent("lease_expired", { kind: this.participant.kind });
             await this.#reopen(id, nowTs() + LEASE_REOPEN_SECONDS);
             return true;
           });

@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument } from "yaml";
 import { DeploymentFileSchema, type ServerKind } from "../wire/deployment.js";
-import type { CheckpointSettings } from "../wire/settings.js";
+import type { CheckpointSettings, TelemetrySettings } from "../wire/settings.js";
 import {
   duplicateProblems,
   portProblems,
@@ -49,6 +49,8 @@ export interface LoadedDeployment {
   readonly dir: string;
   /** The `checkpoint:` block, or null when absent (checkpointing off). */
   readonly checkpoint: CheckpointSettings | null;
+  /** The `telemetry:` block, or null when absent (the defaults). */
+  readonly telemetry: TelemetrySettings | null;
   /** In file order. */
   readonly servers: Readonly<Record<string, LoadedServer>>;
 }
@@ -174,5 +176,11 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
     };
   }
   if (problems.length > 0) throw new DeploymentFileError(file, problems);
-  return { file: absolute, dir, checkpoint: deployment.checkpoint ?? null, servers };
+  return {
+    file: absolute,
+    dir,
+    checkpoint: deployment.checkpoint ?? null,
+    telemetry: deployment.telemetry ?? null,
+    servers,
+  };
 }

@@ -32,5 +32,9 @@ export function resolveDeployment(
       config: server.config,
     };
   }
-  return { checkpoint: loaded.checkpoint, servers };
+  return {
+    checkpoint: loaded.checkpoint,
+    ...(loaded.telemetry === null ? {} : { telemetry: loaded.telemetry }),
+    servers,
+  };
 }

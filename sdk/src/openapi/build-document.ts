@@ -53,7 +53,42 @@ export interface OpenApiOptions {
   controlRoutes: boolean;
   /** The data routes, documented in this order after the control routes. @default [] */
   routes?: readonly RouteDoc[];
+  /**
+   * Document the operational routes every server serves (`GET /health`, `GET /ready`, and
+   * `GET <metricsPath>` unless it is null). @default not documented
+   */
+  operations?: { readonly metricsPath: string | null };
 }
+
+/** The tag of the operational routes (health, readiness, metrics). */
+export const OPERATIONS_TAG = "operations";
+
+/** `GET /health`: liveness. */
+export const HealthReplySchema = z
+  .looseObject({
+    status: z.enum(["ok", "starting", "worker_lost"]),
+    name: z.string(),
+    workers: z.number().int().optional(),
+    expected_workers: z.number().int().optional(),
+    lost_workers: z.array(z.number().int()).optional(),
+  })
+  .meta({
+    id: "HealthReply",
+    description: "`ok` while the process serves; 503 `starting` or `worker_lost` with several workers.",
+  });
+
+/** `GET /ready`: readiness. */
+export const ReadyReplySchema = z
+  .strictObject({
+    status: z.enum(["ready", "not_ready"]),
+    name: z.string(),
+    reasons: z.array(z.string()).optional(),
+  })
+  .meta({
+    id: "ReadyReply",
+    description:
+      "`ready`, or 503 `not_ready` with its reasons: admission closed by a checkpoint, a restore still installing, a worker missing.",
+  });
 
 /** The document could not be generated; `route` names the route at fault. */
 export class OpenApiDocumentError extends Error {
@@ -110,6 +145,7 @@ const ROLLOUT_SEGMENT = "ng-rollout";
  */
 export function buildOpenApiDocument(options: OpenApiOptions): OpenAPIObject {
   const entries: RouteEntry[] = [];
+  if (options.operations !== undefined) entries.push(...operationRoutes(options.operations));
   if (options.controlRoutes) entries.push(...CONTROL_ROUTES.map(controlRouteConfig));
   for (const route of options.routes ?? []) entries.push(...dataRouteConfigs(route));
   checkUnique(entries);
@@ -299,6 +335,59 @@ function checkSchemaIds(entries: readonly RouteEntry[]): void {
   for (const entry of entries) {
     for (const schema of entry.schemas) visit(schema, entry.label, entry.label);
   }
+}
+
+function operationRoutes(options: { readonly metricsPath: string | null }): RouteEntry[] {
+  const entry = (path: string, config: Omit<RouteConfig, "method" | "path">, schemas: z.ZodType[]) => ({
+    label: `GET ${path}`,
+    config: { method: "get" as const, path, tags: [OPERATIONS_TAG], ...config },
+    schemas,
+  });
+  const entries: RouteEntry[] = [
+    entry(
+      "/health",
+      {
+        operationId: "getHealth",
+        summary: "Liveness",
+        responses: {
+          "200": { description: "The process serves", content: json(HealthReplySchema) },
+          "503": { description: "Workers starting, or one lost", content: json(HealthReplySchema) },
+        },
+      },
+      [HealthReplySchema],
+    ),
+    entry(
+      "/ready",
+      {
+        operationId: "getReady",
+        summary: "Readiness: admits new work now",
+        responses: {
+          "200": { description: "Ready", content: json(ReadyReplySchema) },
+          "503": { description: "Not ready, with the reasons", content: json(ReadyReplySchema) },
+        },
+      },
+      [ReadyReplySchema],
+    ),
+  ];
+  if (options.metricsPath !== null) {
+    entries.push(
+      entry(
+        options.metricsPath,
+        {
+          operationId: "getMetrics",
+          summary: "Prometheus metrics (text exposition format)",
+          responses: {
+            "200": {
+              description: "Every metric of this process",
+              content: { "text/plain": { schema: z.string() } },
+            },
+          },
+        },
+        [],
+      ),
+    );
+  }
+  return entries;
 }
 
 function tagObject(name: string): TagObject {

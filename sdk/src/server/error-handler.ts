@@ -2,6 +2,7 @@ import type { ErrorRequestHandler, RequestHandler } from "express";
 import type { Logger } from "pino";
 import { ServerReplyError, ServerUnreachableError } from "../client/errors.js";
 import { DetailError, GymError, InvalidRequestError, type ErrorEnvelope } from "../errors.js";
+import { recordEvent } from "../telemetry/metrics.js";
 
 /**
  * Body-parser failures (an author's own parser, or one run before the SDK's reader) carry a
@@ -47,6 +48,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       } else if (error.status >= 500) {
         logger.error({ err: error, path: req.path }, "request failed");
       }
+      // Refusals are events worth counting (a stale attempt, a closed admission...).
+      if (error.status < 500) recordEvent("refused", { code: error.code });
       res.status(error.status).json(error.toEnvelope());
       return;
     }

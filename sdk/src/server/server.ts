@@ -13,6 +13,9 @@ import {
 } from "node:net";
 import express, { Router, type Express, type Request } from "express";
 import { pino, type Logger } from "pino";
+import { watchParticipant } from "../telemetry/metrics.js";
+import { metricsHandler, startTelemetry } from "../telemetry/setup.js";
+import { requestTelemetry } from "./request-telemetry.js";
 import swaggerUi from "swagger-ui-express";
 import { z } from "zod";
 import { ServerClient, type ServerClientOptions } from "../client/server-client.js";
@@ -26,8 +29,11 @@ import type { ResolvedDeployment } from "../wire/deployment.js";
 import type { RouteDoc } from "../wire/route-doc.js";
 import {
   CheckpointSettingsSchema,
+  TelemetrySettingsSchema,
   type CheckpointSettings,
   type CheckpointSettingsInput,
+  type TelemetrySettings,
+  type TelemetrySettingsInput,
 } from "../wire/settings.js";
 import { controlRouter } from "./control-router.js";
 import type { DataRoute } from "./data-route.js";
@@ -53,6 +59,8 @@ export interface ServerOptions {
   readonly name: string;
   /** The `checkpoint:` block. @default checkpointing off */
   readonly checkpoint?: CheckpointSettingsInput | null;
+  /** The `telemetry:` block. @default the deployment's, else metrics on and request logs at debug */
+  readonly telemetry?: TelemetrySettingsInput | null;
   /** Logger to use (a child named after the server is made). @default pino at `logLevel` */
   readonly logger?: Logger;
   /** Level of the logger the server builds when none is given. @default process.env.LOG_LEVEL ?? "info" */
@@ -106,6 +114,18 @@ export function resolveCheckpointSettings(
   throw new ConfigError(`invalid checkpoint settings: ${problems}`);
 }
 
+/** Validates the `telemetry:` block once, naming the key at fault. */
+export function resolveTelemetrySettings(
+  input: TelemetrySettingsInput | null | undefined,
+): TelemetrySettings {
+  const result = TelemetrySettingsSchema.safeParse(input ?? {});
+  if (result.success) return result.data;
+  const problems = result.error.issues
+    .map((issue) => `telemetry.${issue.path.join(".")}: ${issue.message}`)
+    .join("; ");
+  throw new ConfigError(`invalid telemetry settings: ${problems}`);
+}
+
 /**
  * The base of every gym server: an express app with `GET /health`, the rollout prefix
  * middleware, the data routes a subclass declares, and, when checkpointing is on and the server
@@ -138,6 +158,8 @@ export function resolveCheckpointSettings(
 export class Server<Config = unknown> {
   readonly name: string;
   readonly checkpointSettings: CheckpointSettings;
+  /** Metrics, request logs (see docs/observability.md). */
+  readonly telemetrySettings: TelemetrySettings;
   readonly logger: Logger;
   readonly shutdownGraceMs: number;
   readonly requestTimeoutMs: number;
@@ -153,6 +175,8 @@ export class Server<Config = unknown> {
   #building = false;
   #controlPlane: ControlPlane | null = null;
   #participant: Participant | null = null;
+  /** Stops reporting the participant's gauges. */
+  #unwatch: () => void = () => undefined;
   /** Whether the control routes are served (here, or through the worker's coordinator). */
   #controlRoutes = false;
   readonly #worker: WorkerLink | null;
@@ -176,6 +200,9 @@ export class Server<Config = unknown> {
     }
     this.name = options.name;
     this.checkpointSettings = resolveCheckpointSettings(options.checkpoint);
+    this.telemetrySettings = resolveTelemetrySettings(
+      options.telemetry ?? options.deployment?.telemetry ?? null,
+    );
     const base =
       options.logger ?? pino({ level: options.logLevel ?? process.env.LOG_LEVEL ?? "info" });
     this.logger = base.child({ server: options.name });
@@ -347,6 +374,9 @@ export class Server<Config = unknown> {
       version: "1.0.0",
       controlRoutes: this.#controlRoutes,
       routes: this.#allRoutes().map((route): RouteDoc => route),
+      operations: {
+        metricsPath: this.telemetrySettings.metrics ? this.telemetrySettings.metrics_path : null,
+      },
     });
   }
 
@@ -366,6 +396,10 @@ export class Server<Config = unknown> {
     // work: then they are read here, before its middleware, so it admits only complete requests
     // (a half-sent body must not hold a checkpoint). `#mount` adds a reader per route.
     const bodies = Router({ caseSensitive: true, strict: true });
+    const telemetry = this.telemetrySettings;
+    startTelemetry({ serviceName: this.name, prometheus: telemetry.metrics });
+    // First: every request, control or data, runs inside its span and is timed and logged.
+    app.use(...requestTelemetry(this.logger, telemetry));
     // Control routes come before the rollout prefix is stripped: they are never under it.
     if (this.checkpointSettings.enabled) {
       const participant = this.createParticipant();
@@ -408,6 +442,27 @@ export class Server<Config = unknown> {
       }
       res.json({ status: "ok", name: this.name });
     });
+    app.get("/ready", (_req, res) => {
+      const reasons = this.#notReadyReasons();
+      if (reasons.length > 0) {
+        res.status(503).json({ status: "not_ready", name: this.name, reasons });
+        return;
+      }
+      res.json({ status: "ready", name: this.name });
+    });
+    if (telemetry.metrics) app.get(telemetry.metrics_path, metricsHandler);
+    const controlPlane = this.#controlPlane;
+    if (controlPlane !== null) {
+      const participant = controlPlane.participant;
+      this.#unwatch = watchParticipant({
+        server: this.name,
+        kind: participant.kind,
+        phase: () => controlPlane.phase,
+        admissionOpen: () => controlPlane.phase === "idle" && !controlPlane.installing,
+        blockers: () => participant.readiness().blocker_count,
+        counts: () => participant.readiness().counts,
+      });
+    }
     if (this.#controlRoutes) app.use(bodies);
     this.installKindMiddleware(app);
     this.configureApp(app);
@@ -544,7 +599,29 @@ export class Server<Config = unknown> {
    * Graceful shutdown: stops accepting connections, lets in-flight requests finish for
    * `shutdownGraceMs`, then aborts handlers' signals and cuts what remains.
    */
+  /** Why `/ready` answers 503 now: admission closed, a restore installing, a worker missing. */
+  #notReadyReasons(): string[] {
+    const reasons: string[] = [];
+    const worker = this.#worker;
+    if (worker !== null && worker.lostWorkers.length > 0) {
+      reasons.push(`worker(s) lost: ${worker.lostWorkers.join(", ")}`);
+    } else if (worker !== null && !worker.allJoined) {
+      reasons.push(`workers starting: ${worker.liveWorkers} of ${worker.count}`);
+    }
+    const controlPlane = this.#controlPlane;
+    if (controlPlane !== null) {
+      if (controlPlane.phase !== "idle") {
+        reasons.push(
+          `admission closed: checkpoint ${controlPlane.checkpointId} is ${controlPlane.phase}`,
+        );
+      }
+      if (controlPlane.installing) reasons.push("a restore is still installing");
+    }
+    return reasons;
+  }
+
   async close(): Promise<void> {
+    this.#unwatch();
     this.#controlPlane?.close();
     const http = this.#http;
     if (http === null) {

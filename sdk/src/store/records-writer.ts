@@ -113,6 +113,7 @@ export class RecordsWriter {
   readonly #target: WriteTarget;
   readonly #publication = new Mutex();
   #stopped = false;
+  #bytesWritten = 0;
 
   constructor(target: WriteTarget) {
     this.#target = target;
@@ -217,7 +218,13 @@ export class RecordsWriter {
       if (error instanceof CheckpointStateError) throw error;
       throw ioError(dir, error);
     }
+    this.#bytesWritten = lines.position;
     return { handle, sha256: hash.digest("hex"), count };
+  }
+
+  /** Bytes of the records file the last write produced (0 before one finished). */
+  get bytesWritten(): number {
+    return this.#bytesWritten;
   }
 
   #checkNotStopped(): void {
@@ -429,6 +436,11 @@ class LineBatcher {
     this.#hash.update(filled);
     this.#inFlight[this.#current] = writeFully(this.#handle, filled, this.#claim(filled.length));
     await this.#switch();
+  }
+
+  /** Bytes handed to the file so far. */
+  get position(): number {
+    return this.#position;
   }
 
   #claim(length: number): number {

@@ -3,7 +3,7 @@
  * receives (names → URLs plus the `checkpoint:` block). See docs/deployment.md.
  */
 import { z } from "zod";
-import { CheckpointSettingsSchema } from "./settings.js";
+import { CheckpointSettingsSchema, TelemetrySettingsSchema } from "./settings.js";
 
 /** Server kinds a deployment can hold: the participant kinds, and `backend` (never a participant). */
 export const SERVER_KINDS = ["environment", "agent", "resources", "model", "backend"] as const;
@@ -52,6 +52,7 @@ export type DeploymentServer = z.infer<typeof DeploymentServerSchema>;
 export const DeploymentFileSchema = z
   .strictObject({
     checkpoint: CheckpointSettingsSchema.optional(),
+    telemetry: TelemetrySettingsSchema.optional(),
     servers: z
       .record(
         z.string().regex(SERVER_NAME_PATTERN, "a server name must match [A-Za-z0-9_-]+"),
@@ -80,6 +81,7 @@ export type ResolvedServer = z.infer<typeof ResolvedServerSchema>;
 export const ResolvedDeploymentSchema = z
   .strictObject({
     checkpoint: CheckpointSettingsSchema.nullable(),
+    telemetry: TelemetrySettingsSchema.optional(),
     servers: z.record(z.string(), ResolvedServerSchema),
   })
   .meta({ id: "ResolvedDeployment" });

@@ -28,3 +28,24 @@ export const CheckpointSettingsSchema = z
 export type CheckpointSettings = z.infer<typeof CheckpointSettingsSchema>;
 /** What a user writes in the `checkpoint:` block. */
 export type CheckpointSettingsInput = z.input<typeof CheckpointSettingsSchema>;
+
+/** The `telemetry:` settings block of a deployment file (see docs/observability.md). */
+export const TelemetrySettingsSchema = z
+  .strictObject({
+    metrics: z.boolean().default(true).meta({
+      description: "Serve Prometheus text at `metrics_path` on every server.",
+    }),
+    metrics_path: z
+      .string()
+      .regex(/^\/[A-Za-z0-9._~/-]*$/, "a path such as /metrics")
+      .default("/metrics"),
+    request_log_level: z
+      .enum(["silent", "trace", "debug", "info"])
+      .default("debug")
+      .meta({ description: "Level of the one log line per request; `silent` logs none." }),
+  })
+  .meta({ id: "TelemetrySettings" });
+/** The validated `telemetry:` block. */
+export type TelemetrySettings = z.infer<typeof TelemetrySettingsSchema>;
+/** What a user writes in the `telemetry:` block. */
+export type TelemetrySettingsInput = z.input<typeof TelemetrySettingsSchema>;

@@ -5,6 +5,8 @@
  *
  * @module
  */
+import { ATTR } from "../../telemetry/names.js";
+import { inSpan } from "../../telemetry/spans.js";
 import type { Logger } from "pino";
 import { Agent } from "undici";
 import {
@@ -56,6 +58,17 @@ export class CutRequester implements CutService {
    * gets a `durable_failure` one.
    */
   async cut(
+    candidates: readonly CutCandidate[],
+    deadlineTs: number | null,
+  ): Promise<Map<string, GenerationCutPrefixAck>> {
+    return await inSpan(
+      "gym.checkpoint.generation_cut",
+      { [ATTR.calls]: candidates.length },
+      async () => await this.#cutAll(candidates, deadlineTs),
+    );
+  }
+
+  async #cutAll(
     candidates: readonly CutCandidate[],
     deadlineTs: number | null,
   ): Promise<Map<string, GenerationCutPrefixAck>> {

@@ -1,0 +1,146 @@
+/**
+ * Installs the OpenTelemetry SDK in a process: a meter provider (a Prometheus reader served at
+ * `GET /metrics`, and an OTLP reader when `OTEL_METRICS_EXPORTER` asks for one) and, when the
+ * standard `OTEL_*` variables ask for traces, a tracer provider with its exporter, the W3C trace
+ * context propagator and the async context manager. Nothing is installed for traces otherwise,
+ * so spans stay non-recording and free. One installation per process; the first call wins.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { context, metrics, propagation, trace } from "@opentelemetry/api";
+import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
+import { PrometheusExporter } from "@opentelemetry/exporter-prometheus";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
+import {
+  MeterProvider,
+  PeriodicExportingMetricReader,
+  type IMetricReader,
+} from "@opentelemetry/sdk-metrics";
+import {
+  BatchSpanProcessor,
+  ConsoleSpanExporter,
+  type SpanProcessor,
+} from "@opentelemetry/sdk-trace-base";
+import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
+import { ensureGauges } from "./metrics.js";
+
+/** What {@link startTelemetry} installs. */
+export interface TelemetryOptions {
+  /** `service.name` unless `OTEL_SERVICE_NAME` says otherwise. */
+  readonly serviceName: string;
+  /** Serve Prometheus text (`metricsHandler`). @default true */
+  readonly prometheus?: boolean;
+  /** Extra metric readers (tests pass an in-memory one). */
+  readonly metricReaders?: readonly IMetricReader[];
+  /** Span processors to use instead of those the environment asks for (tests). */
+  readonly spanProcessors?: readonly SpanProcessor[];
+  /** The process environment to read `OTEL_*` from. @default process.env */
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+interface Installed {
+  readonly meterProvider: MeterProvider;
+  readonly tracerProvider: NodeTracerProvider | null;
+  readonly prometheus: PrometheusExporter | null;
+}
+
+let installed: Installed | null = null;
+
+function listOf(value: string | undefined): string[] {
+  return (value ?? "")
+    .split(",")
+    .map((entry) => entry.trim().toLowerCase())
+    .filter((entry) => entry !== "");
+}
+
+/** The span processors `OTEL_TRACES_EXPORTER` (or an OTLP endpoint) asks for; none by default. */
+function spanProcessorsFromEnv(env: NodeJS.ProcessEnv): SpanProcessor[] {
+  let exporters = listOf(env.OTEL_TRACES_EXPORTER);
+  if (
+    exporters.length === 0 &&
+    (env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+  ) {
+    exporters = ["otlp"];
+  }
+  const processors: SpanProcessor[] = [];
+  for (const name of exporters) {
+    if (name === "otlp") processors.push(new BatchSpanProcessor(new OTLPTraceExporter()));
+    else if (name === "console") processors.push(new BatchSpanProcessor(new ConsoleSpanExporter()));
+  }
+  return processors;
+}
+
+/**
+ * Installs the SDK (once per process: later calls return at once). `OTEL_SDK_DISABLED=true`
+ * installs nothing.
+ */
+export function startTelemetry(options: TelemetryOptions): void {
+  if (installed !== null) return;
+  const env = options.env ?? process.env;
+  if (env.OTEL_SDK_DISABLED?.toLowerCase() === "true") return;
+  const resource = resourceFromAttributes({
+    "service.name": env.OTEL_SERVICE_NAME ?? options.serviceName,
+    "service.instance.id": `${process.pid}`,
+  }).merge(detectResources({ detectors: [envDetector] }));
+
+  const readers: IMetricReader[] = [...(options.metricReaders ?? [])];
+  let prometheus: PrometheusExporter | null = null;
+  if (options.prometheus ?? true) {
+    prometheus = new PrometheusExporter({ preventServerStart: true });
+    readers.push(prometheus);
+  }
+  if (listOf(env.OTEL_METRICS_EXPORTER).includes("otlp")) {
+    const interval = Number(env.OTEL_METRIC_EXPORT_INTERVAL ?? 60_000);
+    readers.push(
+      new PeriodicExportingMetricReader({
+        exporter: new OTLPMetricExporter(),
+        exportIntervalMillis: Number.isFinite(interval) && interval > 0 ? interval : 60_000,
+      }),
+    );
+  }
+  const meterProvider = new MeterProvider({ resource, readers });
+  metrics.setGlobalMeterProvider(meterProvider);
+  ensureGauges();
+
+  const spanProcessors = options.spanProcessors ?? spanProcessorsFromEnv(env);
+  let tracerProvider: NodeTracerProvider | null = null;
+  if (spanProcessors.length > 0) {
+    tracerProvider = new NodeTracerProvider({ resource, spanProcessors: [...spanProcessors] });
+    // Also the async context manager and the W3C trace context propagator.
+    tracerProvider.register();
+  }
+  installed = { meterProvider, tracerProvider, prometheus };
+}
+
+/** Whether {@link startTelemetry} installed the SDK. */
+export function telemetryStarted(): boolean {
+  return installed !== null;
+}
+
+/**
+ * Answers a Prometheus scrape: the text exposition of every metric. 503 when telemetry is not
+ * started or the Prometheus reader is off.
+ */
+export function metricsHandler(req: IncomingMessage, res: ServerResponse): void {
+  const exporter = installed?.prometheus ?? null;
+  if (exporter === null) {
+    res.statusCode = 503;
+    res.setHeader("content-type", "text/plain; charset=utf-8");
+    res.end("# metrics are off in this process\n");
+    return;
+  }
+  exporter.getMetricsRequestHandler(req, res);
+}
+
+/** Flushes and removes what {@link startTelemetry} installed (tests; a clean shutdown). */
+export async function stopTelemetry(): Promise<void> {
+  const was = installed;
+  installed = null;
+  if (was === null) return;
+  await was.tracerProvider?.shutdown().catch(() => undefined);
+  await was.meterProvider.shutdown().catch(() => undefined);
+  metrics.disable();
+  trace.disable();
+  propagation.disable();
+  context.disable();
+}

@@ -1,0 +1,323 @@
+/**
+ * Telemetry with in-memory exporters: the spans and metrics of a checkpoint cycle, a refused
+ * restore, a refused stale attempt, an expired lease; `/metrics` as Prometheus text; `/ready`
+ * through a checkpoint; and the trace context a `ServerClient` call carries to the server.
+ */
+import { context, trace } from "@opentelemetry/api";
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  PeriodicExportingMetricReader,
+  type DataPoint,
+  type Histogram,
+  type ResourceMetrics,
+} from "@opentelemetry/sdk-metrics";
+import {
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from "@opentelemetry/sdk-trace-base";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import CounterServer from "../../../reference-servers/counter/src/index.js";
+import { ServerClient } from "#sdk/client/server-client.js";
+import { startTestServer, type TestServer } from "#sdk/testing/index.js";
+import { startTelemetry, stopTelemetry } from "#sdk/telemetry/setup.js";
+import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
+
+let spans: InMemorySpanExporter;
+let metricExporter: InMemoryMetricExporter;
+let reader: PeriodicExportingMetricReader;
+
+/** Installs the SDK with fresh in-memory exporters (a shut-down exporter drops everything). */
+function installInMemory(): void {
+  spans = new InMemorySpanExporter();
+  metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  reader = new PeriodicExportingMetricReader({
+    exporter: metricExporter,
+    exportIntervalMillis: 3_600_000,
+  });
+  startTelemetry({
+    serviceName: "telemetry-test",
+    prometheus: false,
+    metricReaders: [reader],
+    spanProcessors: [new SimpleSpanProcessor(spans)],
+  });
+}
+
+beforeAll(async () => {
+  await stopTelemetry(); // whatever an earlier server of this process installed
+  installInMemory();
+});
+afterAll(async () => {
+  await stopTelemetry();
+});
+
+const handles: TestServer<CounterServer>[] = [];
+afterEach(async () => {
+  for (const handle of handles.splice(0)) await handle.close();
+  spans.reset();
+});
+
+async function counter(): Promise<TestServer<CounterServer>> {
+  const handle = await startTestServer(CounterServer, { name: "counter" });
+  handles.push(handle);
+  return handle;
+}
+
+const TOKEN = "telemetry-token";
+
+/** A counter server built directly, with its control routes reached over HTTP. */
+async function direct(leaseGraceSeconds = 600): Promise<{
+  url: string;
+  control(operation: string, body: Record<string, unknown>): Promise<Response>;
+  close(): Promise<void>;
+}> {
+  const server = new CounterServer({
+    name: "direct",
+    checkpoint: {
+      enabled: true,
+      control_auth_token: TOKEN,
+      lease_grace_seconds: leaseGraceSeconds,
+    },
+    logLevel: "silent",
+  });
+  const { url } = await server.listen();
+  return {
+    url,
+    control: async (operation, body) =>
+      await fetch(`${url}/ng-control/v1/checkpoint/${operation}`, {
+        method: operation === "status" ? "GET" : "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+        body: operation === "status" ? null : JSON.stringify(body),
+      }),
+    close: async () => await server.close(),
+  };
+}
+
+const SEED = { resources_session_id: "s1", task_data: { target: 2 } };
+const ep1 = { rollout: "ep1" };
+
+/** Every data point of metric `name` collected now. */
+async function points(name: string): Promise<DataPoint<unknown>[]> {
+  metricExporter.reset();
+  await reader.forceFlush();
+  const batches: ResourceMetrics[] = metricExporter.getMetrics();
+  const latest = batches.at(-1);
+  return (latest?.scopeMetrics ?? [])
+    .flatMap((scope) => scope.metrics)
+    .filter((metric) => metric.descriptor.name === name)
+    .flatMap((metric) => metric.dataPoints as DataPoint<unknown>[]);
+}
+
+/** The count of observations with these attributes (histogram count, or counter value). */
+async function countOf(name: string, attributes: Record<string, unknown>): Promise<number> {
+  let total = 0;
+  for (const point of await points(name)) {
+    const matches = Object.entries(attributes).every(([k, v]) => point.attributes[k] === v);
+    if (!matches) continue;
+    const value = point.value as number | Histogram;
+    total += typeof value === "number" ? value : value.count;
+  }
+  return total;
+}
+
+function spanNamed(name: string): ReadableSpan[] {
+  return spans.getFinishedSpans().filter((span) => span.name === name);
+}
+
+function parentOf(span: ReadableSpan): string | undefined {
+  return span.parentSpanContext?.spanId;
+}
+
+describe("telemetry of the control plane", () => {
+  it("a prepare/commit/resume/restore cycle: spans with their children, ok outcomes, records and bytes", async () => {
+    const before = await countOf("gym.checkpoint.operation.duration", { outcome: "ok" });
+    const server = await counter();
+    expect((await server.request("/seed_session", SEED, ep1)).status).toBe(200);
+    await server.checkpoint();
+    const restored = await server.restoreInto();
+    handles.push(restored);
+
+    for (const operation of ["prepare", "commit", "resume", "restore"]) {
+      expect(
+        await countOf("gym.checkpoint.operation.duration", {
+          operation,
+          kind: "resources",
+          outcome: "ok",
+        }),
+        operation,
+      ).toBeGreaterThanOrEqual(1);
+    }
+    expect(await countOf("gym.checkpoint.operation.duration", { outcome: "ok" })).toBeGreaterThan(
+      before,
+    );
+    expect(
+      await countOf("gym.checkpoint.records", { operation: "commit", kind: "resources" }),
+    ).toBeGreaterThanOrEqual(1);
+    expect(
+      await countOf("gym.checkpoint.bytes", { operation: "restore", kind: "resources" }),
+    ).toBeGreaterThan(0);
+
+    const [prepare] = spanNamed("gym.checkpoint.prepare");
+    expect(prepare?.attributes["nemo.gym.checkpoint.participant_kind"]).toBe("resources");
+    expect(prepare?.attributes["nemo.gym.checkpoint.instance"]).toBe("counter");
+    expect(typeof prepare?.attributes["nemo.gym.checkpoint.id"]).toBe("string");
+    const [waitReady] = spanNamed("gym.checkpoint.wait_ready");
+    expect(parentOf(waitReady as ReadableSpan)).toBe(prepare?.spanContext().spanId);
+    const [commit] = spanNamed("gym.checkpoint.commit");
+    for (const child of ["gym.checkpoint.export", "gym.checkpoint.write"]) {
+      expect(parentOf(spanNamed(child)[0] as ReadableSpan), child).toBe(
+        commit?.spanContext().spanId,
+      );
+    }
+    expect(
+      spanNamed("gym.checkpoint.write")[0]?.attributes["nemo.gym.checkpoint.bytes"],
+    ).toBeGreaterThan(0);
+    const [restore] = spanNamed("gym.checkpoint.restore");
+    for (const child of ["gym.checkpoint.read", "gym.checkpoint.install"]) {
+      expect(parentOf(spanNamed(child)[0] as ReadableSpan), child).toBe(
+        restore?.spanContext().spanId,
+      );
+    }
+    // Nothing secret in any attribute.
+    for (const span of spans.getFinishedSpans()) {
+      expect(JSON.stringify(span.attributes)).not.toMatch(/authorization|bearer|token/i);
+    }
+  });
+
+  it("a restore in the wrong phase records outcome error", async () => {
+    const server = await direct();
+    const before = await countOf("gym.checkpoint.operation.duration", {
+      operation: "restore",
+      outcome: "error",
+    });
+    const deadline = Date.now() / 1000 + 10;
+    expect(
+      (await server.control("prepare", { checkpoint_id: "c1", deadline_ts: deadline })).status,
+    ).toBe(200);
+    const refused = await server.control("restore", {
+      checkpoint_id: "c1",
+      deadline_ts: deadline,
+      checkpoint_dir: "/tmp/none",
+      episode_ids: [],
+    });
+    expect(refused.status).toBe(409);
+    await server.control("resume", { checkpoint_id: "c1", deadline_ts: deadline });
+    await server.close();
+    expect(
+      await countOf("gym.checkpoint.operation.duration", {
+        operation: "restore",
+        outcome: "error",
+      }),
+    ).toBe(before + 1);
+    expect(spanNamed("gym.checkpoint.restore")[0]?.status.code).toBe(2); // ERROR
+  });
+
+  it("one refused stale attempt counts one refused event with its code", async () => {
+    const server = await counter();
+    expect((await server.request("/seed_session", SEED, ep1)).status).toBe(200);
+    await server.retire(["ep1"]);
+    const before = await countOf("gym.checkpoint.events", {
+      event: "refused",
+      code: "stale_attempt",
+    });
+    const stale = await server.request("/increment_counter", { count: 1 }, ep1);
+    expect(stale.status).toBe(409);
+    expect(
+      await countOf("gym.checkpoint.events", { event: "refused", code: "stale_attempt" }),
+    ).toBe(before + 1);
+  });
+
+  it("an expired lease counts one lease_expired event", async () => {
+    const server = await direct(0.2);
+    const before = await countOf("gym.checkpoint.events", { event: "lease_expired" });
+    const prepared = await server.control("prepare", {
+      checkpoint_id: "c1",
+      deadline_ts: Date.now() / 1000 + 0.3,
+    });
+    expect(prepared.status).toBe(200);
+    const end = Date.now() + 10_000;
+    for (;;) {
+      const status = (await (await server.control("status", {})).json()) as { phase: string };
+      if (status.phase === "idle") break;
+      if (Date.now() > end) throw new Error("the lease never expired");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(await countOf("gym.checkpoint.events", { event: "lease_expired" })).toBe(before + 1);
+    await server.close();
+  });
+});
+
+describe("operational routes", () => {
+  it("/metrics answers Prometheus text with the checkpoint and request metrics", async () => {
+    await stopTelemetry();
+    startTelemetry({ serviceName: "prometheus-test" });
+    try {
+      const server = await counter();
+      await server.checkpoint();
+      const res = await fetch(`${server.url}/metrics`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
+      const text = await res.text();
+      // Every line is a comment, blank, or `name{labels} value`.
+      for (const line of text.split("\n")) {
+        if (line === "" || line.startsWith("#")) continue;
+        expect(line).toMatch(/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? -?[0-9.e+Inf-]+( \d+)?$/);
+      }
+      expect(text).toMatch(/# TYPE gym_checkpoint_operation_duration histogram/);
+      expect(text).toMatch(/gym_checkpoint_operation_duration_count\{[^}]*operation="commit"/);
+      expect(text).toMatch(/# TYPE http_server_request_duration histogram/);
+      expect(text).toMatch(/gym_participant_phase\{[^}]*phase="idle"[^}]*\} 1/);
+    } finally {
+      await stopTelemetry();
+      installInMemory();
+    }
+  });
+
+  it("/ready answers 503 while admission is closed and 200 after the resume; /health stays 200", async () => {
+    const server = await counter();
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+    await server.prepare();
+    const closed = await fetch(`${server.url}/ready`);
+    expect(closed.status).toBe(503);
+    expect(await closed.json()).toMatchObject({
+      status: "not_ready",
+      reasons: [expect.stringMatching(/admission closed/)],
+    });
+    expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    await server.resume();
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+  });
+});
+
+describe("trace context across servers", () => {
+  it("a ServerClient call carries traceparent: the server's span is a child of the caller's", async () => {
+    const server = await counter();
+    const deployment = {
+      checkpoint: null,
+      servers: {
+        counter: {
+          kind: "resources",
+          url: server.url,
+          host: "127.0.0.1",
+          port: 1,
+          num_workers: 1,
+          config: {},
+        },
+      },
+    } as unknown as ResolvedDeployment;
+    const client = new ServerClient(deployment);
+    const caller = trace.getTracer("test").startSpan("caller");
+    try {
+      await context.with(trace.setSpan(context.active(), caller), async () => {
+        await client.postText("counter", "/seed_session", SEED);
+      });
+    } finally {
+      caller.end();
+      await client.close();
+    }
+    const served = spans.getFinishedSpans().find((span) => span.name === "POST /seed_session");
+    expect(served?.spanContext().traceId).toBe(caller.spanContext().traceId);
+    expect(parentOf(served as ReadableSpan)).toBe(caller.spanContext().spanId);
+  });
+});
