@@ -77,23 +77,16 @@ function requestSpan(): RequestHandler {
 
 /** One log line per request at the configured level (nothing for `silent`). */
 function requestLog(logger: Logger, level: TelemetrySettings["request_log_level"]): RequestHandler {
+  // Kept to one child logger per request (the `req` binding): the capture key and the trace ID
+  // go into the completion line itself rather than into further child loggers.
   const http = pinoHttp<IncomingMessage, ServerResponse>({
     logger,
     useLevel: level,
-    quietReqLogger: true,
     genReqId: (req, res) => {
       const given = req.headers["x-request-id"];
       const id = typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
       res.setHeader("x-request-id", id);
       return id;
-    },
-    customProps: (req) => {
-      const props: Record<string, string> = {};
-      const key = ROLLOUT_PATH.exec((req as Request).originalUrl ?? req.url ?? "")?.[1];
-      if (key !== undefined) props.capture_key = key;
-      const traceId = traceIdOf();
-      if (traceId !== undefined) props.trace_id = traceId;
-      return props;
     },
     // Never headers: the control routes carry the bearer token.
     serializers: {
@@ -104,10 +97,14 @@ function requestLog(logger: Logger, level: TelemetrySettings["request_log_level"
       }),
       res: (res: { statusCode?: number }) => ({ statusCode: res.statusCode }),
     },
-    customSuccessObject: (req, res, value: Record<string, unknown>) => ({
-      ...value,
-      route: routeOf(req as Request),
-    }),
+    customSuccessObject: (req, _res, value: Record<string, unknown>) => {
+      const line: Record<string, unknown> = { ...value, route: routeOf(req as Request) };
+      const key = ROLLOUT_PATH.exec((req as Request).originalUrl ?? req.url ?? "")?.[1];
+      if (key !== undefined) line.capture_key = key;
+      const traceId = traceIdOf();
+      if (traceId !== undefined) line.trace_id = traceId;
+      return line;
+    },
   });
   return http as unknown as RequestHandler;
 }
@@ -115,7 +112,11 @@ function requestLog(logger: Logger, level: TelemetrySettings["request_log_level"
 /** The middlewares {@link requestTelemetry} installs, in order. */
 export function requestTelemetry(logger: Logger, settings: TelemetrySettings): RequestHandler[] {
   const handlers = [requestSpan()];
-  if (settings.request_log_level !== "silent") {
+  // A level the logger does not write costs nothing: no request logger at all.
+  if (
+    settings.request_log_level !== "silent" &&
+    logger.isLevelEnabled(settings.request_log_level)
+  ) {
     handlers.push(requestLog(logger, settings.request_log_level));
   }
   return handlers;

@@ -3,7 +3,8 @@
  * restore, a refused stale attempt, an expired lease; `/metrics` as Prometheus text; `/ready`
  * through a checkpoint; and the trace context a `ServerClient` call carries to the server.
  */
-import { context, trace } from "@opentelemetry/api";
+import { context, propagation, trace } from "@opentelemetry/api";
+import { pino } from "pino";
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -287,6 +288,53 @@ describe("operational routes", () => {
     expect((await fetch(`${server.url}/health`)).status).toBe(200);
     await server.resume();
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+  });
+});
+
+describe("request logs", () => {
+  it("one line per request: method, route, status, duration, capture key, request id, trace id", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: "debug" },
+      { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+    );
+    const server = new CounterServer({
+      name: "logged",
+      logger,
+      telemetry: { request_log_level: "info" },
+    });
+    const { url } = await server.listen();
+    try {
+      const caller = trace.getTracer("test").startSpan("caller");
+      const headers: Record<string, string> = {
+        "content-type": "application/json",
+        "x-request-id": "req-42",
+      };
+      propagation.inject(trace.setSpan(context.active(), caller), headers);
+      caller.end();
+      const res = await fetch(`${url}/ng-rollout/ep9/seed_session`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify(SEED),
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-request-id")).toBe("req-42");
+      const line = lines.find(
+        (entry) => (entry.req as { id?: string } | undefined)?.id === "req-42",
+      );
+      expect(line).toMatchObject({
+        level: 30,
+        route: "/seed_session",
+        capture_key: "ep9",
+        trace_id: caller.spanContext().traceId,
+        req: { method: "POST" },
+        res: { statusCode: 200 },
+      });
+      expect(typeof line?.responseTime).toBe("number");
+      expect(JSON.stringify(line)).not.toMatch(/authorization|cookie/i);
+    } finally {
+      await server.close();
+    }
   });
 });
 
