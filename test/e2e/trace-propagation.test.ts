@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { DeploymentRun } from "../../demo/deployment-run.js";
+import { gym } from "../../demo/gym-process.js";
 import { counterRow } from "./collect-harness.js";
 import { killEverything } from "./helpers.js";
 import { until } from "./crash-harness.js";
@@ -135,6 +136,17 @@ describe("trace context through the reference deployment", () => {
         expect(ids.has(span.parentSpanId), `${span.service} ${span.name}`).toBe(true);
       }
       expect(root.parentSpanId).toBe("");
+
+      // `gym top --once` reads the same servers' readiness and metrics.
+      const top = await gym(["top", "--once", "--state", run.stateFile], {
+        env: run.env,
+        compiled: true,
+      });
+      expect(top.code, top.stderr).toBe(0);
+      const line = top.stdout.split("\n").find((row) => row.startsWith("counter_env "));
+      expect(line).toMatch(/environment\s+ready\s+idle\s+open\s/);
+      expect(Number(line?.trim().split(/\s+/).at(-2))).toBeGreaterThanOrEqual(1); // REQUESTS
+      expect(top.stdout).not.toMatch(/\binference\b/); // the backend is no participant
     },
   );
 });

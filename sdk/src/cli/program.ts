@@ -156,6 +156,37 @@ function buildProgram(handlers: Handlers): Command {
   registerCkpt(program, handlers);
 
   program
+    .command("top")
+    .description(
+      "a live view of a running deployment: per server readiness, phase, admission, in flight, blockers, request rate, commits",
+    )
+    .option("--state <file>", "the run's state file (default: .gym/run.json)")
+    .option("--deployment <file>", "find the state file next to this deployment file")
+    .option("--interval <duration>", "time between refreshes", "1s")
+    .option("--once", "print one snapshot and exit")
+    .action(
+      run(
+        async (flags: {
+          state?: string;
+          deployment?: string;
+          interval?: string;
+          once?: boolean;
+        }) => {
+          const { topCommand } = await import("./top.js");
+          return await topCommand(
+            {
+              ...(flags.state === undefined ? {} : { state: flags.state }),
+              ...(flags.deployment === undefined ? {} : { deployment: flags.deployment }),
+              intervalMs: positiveDuration(flags.interval, "--interval", 1_000),
+              once: flags.once === true,
+            },
+            io,
+          );
+        },
+      ),
+    );
+
+  program
     .command("collect")
     .description(
       "run every row of a JSONL task file through the deployment, one output row per rollout; checkpoints on SIGUSR1, checkpoint-and-stop on SIGTERM (exit 75)",

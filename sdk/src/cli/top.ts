@@ -1,0 +1,185 @@
+/**
+ * `gym top`: a live view of a running deployment, one row per server, read from each server's
+ * own `/ready` and `/metrics` (no control token needed): readiness, phase, admission, work in
+ * flight, sessions, blockers, request rate, commits. Redrawn in place on a terminal; `--once`
+ * prints one snapshot.
+ */
+import { setTimeout as delay } from "node:timers/promises";
+import type { ResolvedServer } from "../wire/deployment.js";
+import type { Io } from "./output.js";
+import { EXIT_OK, commandOf } from "./output.js";
+import { requireState, runStateFile } from "./state-file.js";
+import { table } from "./table.js";
+
+/** What one server's metrics say. */
+export interface ServerSnapshot {
+  readonly ready: string;
+  readonly phase: string;
+  readonly admission: string;
+  readonly inflight: number | null;
+  readonly sessions: number | null;
+  readonly blockers: number | null;
+  /** Requests served so far (every route). */
+  readonly requests: number | null;
+  readonly commits: number | null;
+}
+
+interface Sample {
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+/** The samples of a Prometheus text exposition (comments skipped). */
+export function parsePrometheus(text: string): Sample[] {
+  const samples: Sample[] = [];
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line);
+    if (match === null) continue;
+    const labels: Record<string, string> = {};
+    for (const pair of (match[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) {
+      labels[pair[1] as string] = (pair[2] as string).replace(/\\(.)/g, "$1");
+    }
+    samples.push({ name: match[1] as string, labels, value: Number(match[3]) });
+  }
+  return samples;
+}
+
+function sum(
+  samples: readonly Sample[],
+  name: string,
+  where: Record<string, string> = {},
+): number | null {
+  const matching = samples.filter(
+    (sample) =>
+      sample.name === name &&
+      Object.entries(where).every(([key, value]) => sample.labels[key] === value),
+  );
+  return matching.length === 0 ? null : matching.reduce((total, sample) => total + sample.value, 0);
+}
+
+/** Reads one server's readiness and metrics; unreachable parts read as `-`. */
+export async function snapshotOf(
+  server: ResolvedServer,
+  timeoutMs = 2_000,
+): Promise<ServerSnapshot> {
+  let ready = "down";
+  try {
+    const res = await fetch(`${server.url}/ready`, { signal: AbortSignal.timeout(timeoutMs) });
+    ready = res.status === 200 ? "ready" : res.status === 503 ? "not ready" : `HTTP ${res.status}`;
+  } catch {
+    // down
+  }
+  let samples: Sample[] = [];
+  try {
+    const res = await fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) });
+    if (res.ok) samples = parsePrometheus(await res.text());
+  } catch {
+    // no metrics
+  }
+  const phase =
+    samples.find((sample) => sample.name === "gym_participant_phase" && sample.value === 1)?.labels
+      .phase ?? "-";
+  const open = sum(samples, "gym_participant_admission_open");
+  return {
+    ready,
+    phase,
+    admission: open === null ? "-" : open > 0 ? "open" : "closed",
+    inflight: sum(samples, "gym_participant_count", { count: "inflight" }),
+    sessions: sum(samples, "gym_participant_count", { count: "sessions" }),
+    blockers: sum(samples, "gym_participant_blockers"),
+    requests: sum(samples, "http_server_request_duration_count"),
+    commits: sum(samples, "gym_checkpoint_operation_duration_count", {
+      operation: "commit",
+      outcome: "ok",
+    }),
+  };
+}
+
+const cell = (value: number | null): string => (value === null ? "-" : String(value));
+
+/** Options of `gym top`. */
+export interface TopOptions {
+  readonly state?: string;
+  readonly deployment?: string;
+  readonly intervalMs: number;
+  readonly once: boolean;
+}
+
+/** Runs `gym top` until interrupted (or once). */
+export async function topCommand(options: TopOptions, io: Io): Promise<number> {
+  const gym = commandOf(io);
+  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: gym });
+  const state = requireState(stateFile, gym);
+  const servers = Object.entries(state.deployment.servers)
+    .filter(([, server]) => server.kind !== "backend")
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const live = !options.once && process.stdout.isTTY === true;
+  let previous = new Map<string, { requests: number; at: number }>();
+  let stop = false;
+  const onSignal = (): void => {
+    stop = true;
+  };
+  process.once("SIGINT", onSignal);
+  try {
+    for (;;) {
+      const now = performance.now();
+      const snapshots = await Promise.all(
+        servers.map(async ([, server]) => await snapshotOf(server)),
+      );
+      const next = new Map<string, { requests: number; at: number }>();
+      const rows = servers.map(([name, server], i) => {
+        const snapshot = snapshots[i] as ServerSnapshot;
+        const before = previous.get(name);
+        let rate = "-";
+        if (snapshot.requests !== null) {
+          next.set(name, { requests: snapshot.requests, at: now });
+          if (before !== undefined && now > before.at) {
+            rate = ((snapshot.requests - before.requests) / ((now - before.at) / 1000)).toFixed(1);
+          }
+        }
+        return [
+          name,
+          server.kind,
+          snapshot.ready,
+          snapshot.phase,
+          snapshot.admission,
+          cell(snapshot.inflight),
+          cell(snapshot.sessions),
+          cell(snapshot.blockers),
+          rate,
+          cell(snapshot.requests),
+          cell(snapshot.commits),
+        ];
+      });
+      previous = next;
+      const text = table(
+        [
+          "SERVER",
+          "KIND",
+          "READY",
+          "PHASE",
+          "ADMISSION",
+          "IN FLIGHT",
+          "SESSIONS",
+          "BLOCKERS",
+          "REQ/S",
+          "REQUESTS",
+          "COMMITS",
+        ],
+        rows,
+      );
+      if (live)
+        process.stdout.write(
+          `\x1b[H\x1b[2J${new Date().toISOString()}  (Ctrl-C to quit)\n\n${text}\n`,
+        );
+      else io.out(text);
+      if (options.once || stop) return EXIT_OK;
+      await delay(options.intervalMs);
+      if (stop) return EXIT_OK;
+    }
+  } finally {
+    process.off("SIGINT", onSignal);
+  }
+}
