@@ -16,6 +16,7 @@ import {
 } from "../collect/collector.js";
 import { JournalCorruptError } from "../collect/jsonl-journal.js";
 import { TaskFileError } from "../collect/task-rows.js";
+import { startTelemetry, stopTelemetry } from "../telemetry/setup.js";
 import { duration, positiveDuration } from "./actions.js";
 import { CollectDisplay, eventLine, summaryLines } from "./collect-display.js";
 import { CliError, EXIT_OK, UsageError, commandOf, type Io } from "./output.js";
@@ -73,6 +74,8 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
       ? undefined
       : positiveDuration(flags.runTimeout, "--run-timeout", 0);
 
+  // The controller's spans (gym.collect.*, gym.checkpoint.coordinate.*) when OTEL_* asks.
+  startTelemetry({ serviceName: "gym-collect", prometheus: false, env: io.env });
   const stateFile = runStateFile({ ...flags, cwd: io.cwd, command: gym });
   const state = requireState(stateFile, gym);
   const client = new ServerClient(state.deployment);
@@ -164,6 +167,7 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
     process.off("SIGINT", onStop);
     display.stop();
     await client.destroy();
+    await stopTelemetry(); // flushes the spans still batched
   }
   if (flags.json === true) io.out(JSON.stringify(summary, null, 2));
   else for (const line of summaryLines(summary)) io.out(line);
