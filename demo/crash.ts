@@ -8,23 +8,14 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { Command, InvalidArgumentError } from "commander";
+import { Command } from "commander";
 import { DeploymentRun } from "./deployment-run.js";
+import { positiveInteger } from "./flags.js";
 import { runScenario, type ScenarioReport } from "./scenario.js";
-
-/** `--rollouts`: a positive whole number, refused as typed otherwise. */
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
-    throw new InvalidArgumentError(
-      `--rollouts must be a positive integer, got ${JSON.stringify(value)}`,
-    );
-  }
-  return Number(value);
-}
 
 const program = new Command("demo:crash")
   .description("checkpoint the reference deployment mid-flight, crash it, and continue")
-  .option("--rollouts <n>", "rollouts to send", positiveInteger, 64)
+  .option("--rollouts <n>", "rollouts to send", positiveInteger("--rollouts"), 64)
   .option("--keep", "leave the restored servers running (browse /docs on each)", false)
   .option("--json", "print the report as JSON", false)
   .option("--dir <dir>", "where the run keeps its state (default: a new temporary directory)");

@@ -13,26 +13,17 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { Command, InvalidArgumentError } from "commander";
+import { Command } from "commander";
 import { DeploymentRun } from "./deployment-run.js";
+import { positiveInteger } from "./flags.js";
 import { COMPILED_CLI, REPO } from "./gym-process.js";
 
 const DATASET = path.join(REPO, "reference-servers", "datasets", "counter.jsonl");
 const EXIT_PREEMPTED = 75;
 
-/** `--concurrency`: a positive whole number, refused as typed otherwise. */
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
-    throw new InvalidArgumentError(
-      `--concurrency must be a positive integer, got ${JSON.stringify(value)}`,
-    );
-  }
-  return Number(value);
-}
-
 const program = new Command("demo")
   .description("collect the sample dataset, preempted in the middle and resumed")
-  .option("--concurrency <n>", "rows in flight at once", positiveInteger, 8)
+  .option("--concurrency <n>", "rows in flight at once", positiveInteger("--concurrency"), 8)
   .option("--keep", "leave the servers running (browse /docs on each)", false)
   .option("--json", "print the report as JSON", false)
   .option("--dir <dir>", "where the run keeps its state (default: a new temporary directory)");

@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
+import { median } from "./median.js";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { collect, type CollectSummary } from "#sdk/collect/collector.js";
 import { parseDuration } from "#sdk/cli/duration.js";
@@ -53,14 +54,6 @@ writeFileSync(
       })}\n`,
   ).join(""),
 );
-
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
 
 const run = new DeploymentRun(dir);
 try {

@@ -14,6 +14,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
+import { median } from "./median.js";
 import { Pool } from "undici";
 import { REPO, gym } from "../../demo/gym-process.js";
 
@@ -26,14 +27,6 @@ const options = new Command("bench:telemetry")
   .parse()
   .opts<{ requests: number; concurrency: number; rounds: number; parts: string; sample: string }>();
 const parts = new Set(options.parts.split(",").map((part) => part.trim()));
-
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
 
 // Spans go somewhere real: an OTLP/HTTP receiver that reads and drops them.
 let spansReceived = 0;

@@ -123,8 +123,11 @@ export function taskRow(
 export async function* readTaskRows(
   file: string,
   options: TaskRowOptions,
+  onChunk?: (chunk: Buffer) => void,
 ): AsyncGenerator<TaskRow> {
-  const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
+  const stream = createReadStream(file);
+  if (onChunk !== undefined) stream.on("data", (chunk) => onChunk(chunk as Buffer));
+  const lines = createInterface({ input: stream, crlfDelay: Infinity });
   let index = 0;
   let line = 0;
   try {
@@ -159,24 +162,11 @@ export async function scanTaskFile(
   const kept = new Map<number, TaskRow>();
   let rows = 0;
   let unrouted = 0;
-  const stream = createReadStream(file);
-  stream.on("data", (chunk) => hash.update(chunk));
-  const lines = createInterface({ input: stream, crlfDelay: Infinity });
-  let line = 0;
   try {
-    for await (const text of lines) {
-      line++;
-      if (text.trim() === "") continue;
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch (error) {
-        throw new TaskFileError(file, line, `not JSON (${(error as Error).message})`);
-      }
-      const row = taskRow(value, rows, line, file, options);
+    for await (const row of readTaskRows(file, options, (chunk) => hash.update(chunk))) {
       if (row.environment !== null) environments.add(row.environment);
       else unrouted++;
-      if (keep.has(rows)) kept.set(rows, row);
+      if (keep.has(row.index)) kept.set(row.index, row);
       rows++;
     }
   } catch (error) {
@@ -184,8 +174,6 @@ export async function scanTaskFile(
       throw new TaskFileError(file, 0, "no such file");
     }
     throw error;
-  } finally {
-    lines.close();
   }
   return {
     rows,
