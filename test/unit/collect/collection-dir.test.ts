@@ -22,19 +22,25 @@ function manifest(id: string, second: number): CollectionManifest {
   };
 }
 
+/** A directory holding a run. */
+async function startedDir(): Promise<CollectionDir> {
+  const dir = new CollectionDir(root);
+  await dir.createRun({
+    format: 1,
+    run_id: "r1",
+    session: 1,
+    created_at: "x",
+    input: "t.jsonl",
+    input_digest: "d",
+    rows: 1,
+    repeats: 1,
+  });
+  return dir;
+}
+
 describe("CollectionDir", () => {
   it("publishes the manifest, then LATEST, keeping the newest two and no unpublished one", async () => {
-    const dir = new CollectionDir(root);
-    await dir.createRun({
-      format: 1,
-      run_id: "r1",
-      session: 1,
-      created_at: "x",
-      input: "t.jsonl",
-      input_digest: "d",
-      rows: 1,
-      repeats: 1,
-    });
+    const dir = await startedDir();
     expect(await dir.readLatest()).toBeNull();
     for (const [id, second] of [
       ["c1", 1],
@@ -55,17 +61,7 @@ describe("CollectionDir", () => {
   });
 
   it("refuses a LATEST that names a checkpoint without a manifest", async () => {
-    const dir = new CollectionDir(root);
-    await dir.createRun({
-      format: 1,
-      run_id: "r1",
-      session: 1,
-      created_at: "x",
-      input: "t.jsonl",
-      input_digest: "d",
-      rows: 1,
-      repeats: 1,
-    });
+    const dir = await startedDir();
     mkdirSync(dir.checkpointDir("c1"), { recursive: true });
     await dir.publish(manifest("c1", 1));
     rmSync(path.join(dir.checkpointDir("c1"), "collection.json"));
