@@ -30,6 +30,7 @@ export default defineConfig({
       "test/integration/**/*.test.ts",
       "test/e2e/**/*.test.ts",
       "test/templates/**/*.test.ts",
+      "test/package/**/*.test.ts",
       "test/fuzz/**/*.test.ts",
       "test/sequences/**/*.test.ts",
     ],

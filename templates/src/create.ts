@@ -27,7 +27,8 @@ import { oneShotCommand, underCodingAgent } from "./one-shot.js";
 import { packageManagerOf, type PackageManager } from "./package-manager.js";
 import { PromptCancelled, type Prompter } from "./prompts.js";
 import { isEmptyDir, scaffold, toPackageName } from "./scaffold.js";
-import { SdkSpecError, sdkDependency } from "./sdk-dependency.js";
+import { SdkSpecError, checkoutSdkDir, sdkDependency } from "./sdk-dependency.js";
+import { packVendoredSdk, planVendoredSdk, type VendoredSdk } from "./vendor-sdk.js";
 
 /** Everything the flow touches outside itself, so tests can drive it in process. */
 export interface CreateIo {
@@ -52,6 +53,8 @@ export interface CreateIo {
   readonly packageDir: string;
   /** The scaffolder's version. */
   readonly version: string;
+  /** Packs a checkout's SDK into the project (`npm pack`). @default {@link packVendoredSdk} */
+  readonly packSdk?: (plan: VendoredSdk, projectDir: string) => string;
 }
 
 /** A failure with its exit code: 2 for the command line, 1 for anything else. */
@@ -224,13 +227,16 @@ export async function create(argv: readonly string[], io: CreateIo): Promise<num
     const choices = await resolveChoices(ctx, flags.dir ?? "gym-resources");
     const dir = await resolveDir(ctx, choices.kind);
     const projectDir = path.resolve(io.cwd, dir);
-    const sdkSpec = sdkDependency({
-      ...(flags.sdk === undefined ? {} : { sdk: flags.sdk }),
-      cwd: io.cwd,
-      projectDir,
-      scaffolderDir: io.packageDir,
-      scaffolderVersion: io.version,
-    });
+    const checkoutSdk = flags.sdk === undefined ? checkoutSdkDir(io.packageDir) : null;
+    const vendored = checkoutSdk === null ? null : planVendoredSdk(checkoutSdk);
+    const sdkSpec =
+      vendored?.spec ??
+      sdkDependency({
+        ...(flags.sdk === undefined ? {} : { sdk: flags.sdk }),
+        cwd: io.cwd,
+        projectDir,
+        scaffolderVersion: io.version,
+      });
     const overwrite = await mayOverwrite(ctx, dir, projectDir);
     const packageName = toPackageName(path.basename(projectDir));
     io.out(`Scaffolding ${choices.kind} server (${describe(choices)}) in ${projectDir}`);
@@ -242,7 +248,14 @@ export async function create(argv: readonly string[], io: CreateIo): Promise<num
       templatesDir: io.packageDir,
       overwrite,
     });
-    io.out(`  ${files.length} files; gym-participant-sdk: ${sdkSpec}`);
+    if (vendored !== null) {
+      (io.packSdk ?? packVendoredSdk)(vendored, projectDir);
+      io.out(
+        `  ${files.length + 1} files; gym-participant-sdk: ${sdkSpec} (packed from ${vendored.sdkDir})`,
+      );
+    } else {
+      io.out(`  ${files.length} files; gym-participant-sdk: ${sdkSpec}`);
+    }
     io.out("");
     for (const line of nextSteps({ pm, cwd: io.cwd, projectDir })) io.out(line);
     if (underCodingAgent(io.env)) {

@@ -65,7 +65,9 @@ The SDK dependency (--sdk):
     a directory      its package, linked as file:<path> (e.g. a checkout's sdk/)
     a .tgz file      a tarball made by \`npm pack\`, as file:<path>
     a version        a version or range from the registry (e.g. ^0.1.0)
-  default: the sdk/ of the gym-participant-sdk checkout this command runs from, else ^<this version>
+  default: the sdk/ of the checkout this command runs from, packed by \`npm pack\` into the
+           project's vendor/ (the project then installs and runs without the checkout);
+           outside a checkout, ^<this version> from the registry
 
 On a terminal, whatever the flags leave open is asked for; --interactive / --no-interactive
 override the terminal detection (--interactive still needs a terminal on standard input to read

@@ -1,6 +1,7 @@
 /**
- * How the generated `package.json` depends on `gym-participant-sdk` before it is published:
- * a link to a checkout's `sdk/`, a tarball made by `npm pack`, or a registry version.
+ * How the generated `package.json` depends on `gym-participant-sdk`: a checkout's `sdk/` packed
+ * into the project (the default in a checkout), or what `--sdk` names (a link to a directory, a
+ * tarball, a version), or the registry version matching the scaffolder's.
  *
  * @module
  */
@@ -34,11 +35,19 @@ function fileSpec(target: string, projectDir: string): string {
 }
 
 /**
- * The dependency spec written for the SDK.
+ * Where the checkout's `sdk/` is when this scaffolder runs from a checkout of the repository
+ * (its own package sits beside `sdk/`); null for an installed scaffolder.
+ */
+export function checkoutSdkDir(scaffolderDir: string): string | null {
+  const dir = path.resolve(scaffolderDir, "..", "sdk");
+  return isSdkPackage(dir) ? dir : null;
+}
+
+/**
+ * The dependency spec written for the SDK when `--sdk` is given, or the registry range when
+ * neither `--sdk` nor a checkout says otherwise (a checkout's SDK is packed: see vendor-sdk.ts).
  *
- * - No `--sdk`: when this scaffolder runs from a checkout of the repository (its own package
- *   sits beside `sdk/`), `file:` that `sdk/`, so the project uses the checkout's build;
- *   otherwise `^<scaffolderVersion>` from the registry.
+ * - No `--sdk`: `^<scaffolderVersion>` from the registry.
  * - A directory holding the SDK's package, or a `.tgz` file: `file:` it, relative to the project.
  * - `file:`, `link:`, `npm:`, `git+…`, `http(s)://…`: as given.
  * - Anything else is a version, range or tag, as given; a value that looks like a path but
@@ -54,18 +63,11 @@ export function sdkDependency(input: {
   readonly cwd: string;
   /** The project being created. */
   readonly projectDir: string;
-  /** The scaffolder's own package directory. */
-  readonly scaffolderDir: string;
   /** The scaffolder's version, the default range when no checkout is found. */
   readonly scaffolderVersion: string;
 }): string {
   const { sdk, cwd, projectDir } = input;
-  if (sdk === undefined) {
-    const checkoutSdk = path.resolve(input.scaffolderDir, "..", "sdk");
-    return isSdkPackage(checkoutSdk)
-      ? fileSpec(checkoutSdk, projectDir)
-      : `^${input.scaffolderVersion}`;
-  }
+  if (sdk === undefined) return `^${input.scaffolderVersion}`;
   if (/^(file:|link:|npm:|git\+|https?:\/\/)/.test(sdk)) return sdk;
   const target = path.resolve(cwd, sdk);
   if (existsSync(target)) {

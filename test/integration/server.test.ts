@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
@@ -396,6 +397,22 @@ describe("documentation", () => {
     const doc = (await request(server().app()).get("/openapi.json")).body;
     for (const route of CONTROL_ROUTES) expect(doc.paths[route.path]).toBeDefined();
     expect(doc.paths["/echo"]).toBeDefined();
+  });
+
+  it("takes info.version and a description from the SDK's package; a server may publish its own", () => {
+    const sdk = JSON.parse(
+      readFileSync(new URL("../../sdk/package.json", import.meta.url), "utf8"),
+    ) as { name: string; version: string };
+    const info = server().openApiDocument().info;
+    expect(info.version).toBe(sdk.version);
+    expect(info.description).toContain(`${sdk.name} ${sdk.version}`);
+    class Versioned extends Server {
+      protected override apiInfo() {
+        return { version: "2.3.4", description: "mine" };
+      }
+    }
+    const own = new Versioned({ name: "versioned" }).openApiDocument().info;
+    expect(own).toMatchObject({ version: "2.3.4", description: "mine" });
   });
 
   it("gives the same document from openApiDocument() before the server is built or listens", async () => {

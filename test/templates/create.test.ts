@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { create, type CreateIo } from "../../templates/src/create.js";
 import type { Prompter, SelectOption } from "../../templates/src/prompts.js";
+import { VENDOR_DIR, packVendoredSdk, type VendoredSdk } from "../../templates/src/vendor-sdk.js";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 const TEMPLATES = path.join(REPO, "templates");
@@ -45,6 +46,14 @@ function scripted(answers: Record<string, string | boolean>): Prompter & { asked
   };
 }
 
+/** Writes an empty tarball where `npm pack` would write the SDK's. */
+function fakePack(plan: VendoredSdk, projectDir: string): string {
+  const file = path.join(projectDir, VENDOR_DIR, plan.tarball);
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, "");
+  return file;
+}
+
 interface Run {
   readonly code: number;
   readonly out: string;
@@ -58,6 +67,7 @@ async function run(
     isTTY?: boolean;
     answers?: Record<string, string | boolean>;
     env?: Record<string, string>;
+    packSdk?: CreateIo["packSdk"];
   } = {},
 ): Promise<Run> {
   const out: string[] = [];
@@ -72,6 +82,8 @@ async function run(
     err: (line) => err.push(line),
     packageDir: TEMPLATES,
     version: "0.1.0",
+    // `npm pack` takes seconds: the packing itself is tested once, below, with the real one.
+    packSdk: options.packSdk ?? fakePack,
   };
   const code = await create(argv, io);
   return { code, out: out.join("\n"), err: err.join("\n"), asked: prompter.asked };
@@ -207,11 +219,22 @@ describe("what is written", () => {
     expect(read("My Tools", "src", "index.ts")).toMatch(/^ \* my-tools: an `exported`/m);
   });
 
-  it("links the SDK of this checkout by default, relative to the project", async () => {
-    expect((await run(["app", "--kind", "agent"])).code).toBe(0);
-    const spec = manifest("app").dependencies["gym-participant-sdk"] ?? "";
-    expect(spec).toMatch(/^file:/);
-    expect(path.resolve(cwd, "app", spec.slice("file:".length))).toBe(path.join(REPO, "sdk"));
+  it("packs the SDK of this checkout into the project's vendor/ by default", async () => {
+    const result = await run(["app", "--kind", "agent"], { packSdk: packVendoredSdk });
+    expect(result.code, result.err).toBe(0);
+    const { version } = JSON.parse(
+      readFileSync(path.join(REPO, "sdk", "package.json"), "utf8"),
+    ) as {
+      version: string;
+    };
+    const tarball = `gym-participant-sdk-${version}.tgz`;
+    expect(manifest("app").dependencies["gym-participant-sdk"]).toBe(`file:vendor/${tarball}`);
+    // A real tarball of the package (gzip), inside the project: nothing points at the checkout.
+    const packed = readFileSync(path.join(cwd, "app", "vendor", tarball));
+    expect(packed.subarray(0, 2)).toEqual(Buffer.from([0x1f, 0x8b]));
+    expect(packed.length).toBeGreaterThan(100_000);
+    expect(JSON.stringify(manifest("app"))).not.toContain(REPO);
+    expect(result.out).toMatch(/gym-participant-sdk: file:vendor\/gym-participant-sdk-/);
   });
 
   it("writes --sdk as a file: path for a directory or tarball, as given for a version", async () => {

@@ -1,12 +1,23 @@
 /**
  * Every template as an author gets it: scaffolded without prompts into a temporary directory,
- * installed (the SDK linked from this checkout, or for one kind a tarball from `npm pack`),
+ * installed (by default the SDK packed into the project's vendor/; one kind from a checkout that
+ * is deleted before the project installs, one linked to this checkout's sdk/ with `--sdk`, one
+ * from a tarball passed with `--sdk`),
  * typechecked, built, its own tests run, then
  * served under `gym serve` from its deployment file and checkpointed with `gym ckpt checkpoint`.
  * The exported resources server also survives a real crash: killed, served again, restored.
  * One kind at a time: each step is a child process and CI has two cores.
  */
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import {
+  cpSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -35,6 +46,37 @@ afterAll(async () => {
   await killEverything(root, stateFiles);
   rmSync(root, { recursive: true, force: true });
 });
+
+/**
+ * A checkout of its own for the scaffolder to run from, installed with `npm install` like a
+ * user's clone: the SDK and scaffolder packages as built here (package files, `dist/`, bins,
+ * templates) under a workspace root. The caller deletes it before the project installs.
+ */
+async function copyOfCheckout(): Promise<string> {
+  const checkout = path.join(root, "checkout");
+  const copy = (from: string, to = from) =>
+    cpSync(path.join(REPO, from), path.join(checkout, to), {
+      recursive: true,
+      filter: (source) => !source.split(path.sep).includes("node_modules"),
+    });
+  for (const entry of ["package.json", "bin", "dist", "src", "README.md", "LICENSE"]) {
+    copy(path.join("sdk", entry));
+  }
+  for (const entry of readdirSync(path.join(REPO, "templates"))) {
+    if (entry !== "node_modules") copy(path.join("templates", entry));
+  }
+  writeFileSync(
+    path.join(checkout, "package.json"),
+    JSON.stringify({ private: true, workspaces: ["sdk", "templates"] }),
+  );
+  await step(
+    checkout,
+    "npm",
+    ["install", "--prefer-offline", "--no-audit", "--no-fund", "--ignore-scripts"],
+    4 * MINUTE,
+  );
+  return checkout;
+}
 
 /** Runs a step of the project in `dir`, expecting exit 0. */
 async function step(
@@ -71,12 +113,15 @@ async function post(
 
 /** Each template: its flags, its server's name in deployment.yaml, a route of its own. */
 const VARIANTS = [
+  // Scaffolded from a copy of the checkout whose node_modules (and everything else) is deleted
+  // before the project installs: the vendored SDK must stand on its own.
   {
     name: "tally",
     flags: ["--kind", "resources", "--mode", "exported"],
     server: "tally",
     route: "/add",
     exported: 1,
+    checkoutGone: true,
   },
   {
     name: "multiplier",
@@ -92,7 +137,14 @@ const VARIANTS = [
     route: "/add",
     exported: 0,
   },
-  { name: "planner", flags: ["--kind", "agent"], server: "planner", route: "/v1/responses" },
+  // Linked to this checkout's sdk/ (`--sdk <dir>`, the form for working on the SDK itself).
+  {
+    name: "planner",
+    flags: ["--kind", "agent"],
+    server: "planner",
+    route: "/v1/responses",
+    linked: true,
+  },
   // Installed from the packed SDK rather than the checkout's link (the other supported way).
   {
     name: "word-count",
@@ -119,26 +171,49 @@ describe.sequential("generated projects", () => {
       async () => {
         const dir = path.join(root, variant.name);
         const packed = "packed" in variant;
+        const linked = "linked" in variant;
+        const checkoutGone = "checkoutGone" in variant;
+        const checkout = checkoutGone ? await copyOfCheckout() : REPO;
         await step(root, process.execPath, [
-          BIN,
+          path.join(checkout, path.relative(REPO, BIN)),
           variant.name,
           ...variant.flags,
           ...(packed ? ["--sdk", tarball] : []),
+          ...(linked ? ["--sdk", path.join(REPO, "sdk")] : []),
           "--no-interactive",
         ]);
         const manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as {
           dependencies: Record<string, string>;
         };
-        const sdk = packed ? tarball : path.join(REPO, "sdk");
-        expect(manifest.dependencies["gym-participant-sdk"]).toBe(
-          `file:${path.relative(dir, sdk)}`,
-        );
+        const spec = manifest.dependencies["gym-participant-sdk"];
+        if (packed || linked) {
+          const sdk = packed ? tarball : path.join(REPO, "sdk");
+          expect(spec).toBe(`file:${path.relative(dir, sdk)}`);
+        } else {
+          expect(spec).toMatch(/^file:vendor\/gym-participant-sdk-[\d.]+\.tgz$/);
+        }
+        if (checkoutGone) rmSync(checkout, { recursive: true, force: true });
         await step(
           dir,
           "npm",
           ["install", "--prefer-offline", "--no-audit", "--no-fund"],
           4 * MINUTE,
         );
+        if (!linked) {
+          // The SDK and its dependencies are the project's own: nothing resolves into a checkout.
+          const sdkDir = realpathSync(path.join(dir, "node_modules", "gym-participant-sdk"));
+          const project = realpathSync(dir);
+          expect(sdkDir.startsWith(project)).toBe(true);
+          const pino = createRequire(path.join(sdkDir, "package.json")).resolve("pino");
+          expect(realpathSync(pino).startsWith(project), pino).toBe(true);
+        }
+        // `npx gym` finds the project's gym from a subdirectory too (never the registry).
+        const version = await step(path.join(dir, "src"), "npx", [
+          "--no-install",
+          "gym",
+          "--version",
+        ]);
+        expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
         await step(dir, "npm", ["run", "typecheck"]);
         await step(dir, "npm", ["run", "build"]);
         const tested = await step(dir, "npm", ["test"], 3 * MINUTE);

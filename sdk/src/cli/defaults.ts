@@ -2,7 +2,7 @@
  * The CLI's defaults and small argument helpers, kept apart from the commands so `gym --help`
  * loads nothing heavy.
  */
-import { readFileSync } from "node:fs";
+import { sdkPackage } from "../util/sdk-package.js";
 import { UsageError } from "./output.js";
 
 /** How long each coordination step of `gym ckpt` may take by default (`--deadline`), in ms. */
@@ -14,12 +14,9 @@ export const DEFAULT_GRACE_MS = 15_000;
 /** Log lines shown for a server that failed to start. */
 export const FAILED_LOG_LINES = 20;
 
-/** The SDK's version, from its package.json (two levels up from `src/cli` and `dist/cli`). */
+/** The SDK's version, from its package.json. */
 export function sdkVersion(): string {
-  const text = readFileSync(new URL("../../package.json", import.meta.url), "utf8");
-  const { version } = JSON.parse(text) as { version?: unknown };
-  if (typeof version !== "string") throw new Error("the SDK's package.json has no version");
-  return version;
+  return sdkPackage().version;
 }
 
 /** Splits `a,b, c` into items, refusing an empty list. */

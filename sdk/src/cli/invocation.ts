@@ -24,12 +24,14 @@ export const NPX_COMMAND = "npx gym";
  * 2. `argv1` has a path segment named exactly `node_modules` (`node_modules/.bin/gym`,
  *    `node_modules/gym-participant-sdk/dist/cli/main.js`, npx's cache) → `npx gym`: the SDK is
  *    a dependency, and a shell does not have `node_modules/.bin` on its `PATH`.
- * 3. `argv1` is the TypeScript source entry, `sdk/src/cli/main.ts` (`npm run openapi`, `npx tsx
+ * 3. `argv1` is a checkout's committed bin, `sdk/bin/gym.js` (run by its path) → `npx gym`: npm
+ *    links that bin into the checkout's `node_modules/.bin`.
+ * 4. `argv1` is the TypeScript source entry, `sdk/src/cli/main.ts` (`npm run openapi`, `npx tsx
  *    sdk/src/cli/main.ts` in a checkout of this repository) → `npm run gym --`: a checkout has
  *    no `gym` on any `PATH`, and its root script runs that very file.
- * 4. `npm_lifecycle_event` is anything else (`npm run checkpoint`, or `npx` itself) → `npx gym`:
+ * 5. `npm_lifecycle_event` is anything else (`npm run checkpoint`, or `npx` itself) → `npx gym`:
  *    npm put `node_modules/.bin` on the script's `PATH`; a shell does not.
- * 5. Otherwise → `gym`: it was found on `PATH` (a global install) or run by its path.
+ * 6. Otherwise → `gym`: it was found on `PATH` (a global install) or run by its path.
  *
  * An empty variable counts as unset; `/` and `\` both separate path segments.
  *
@@ -40,6 +42,7 @@ export function invokedAs(env: NodeJS.ProcessEnv, argv1: string | undefined): st
   const event = env.npm_lifecycle_event ?? "";
   if (event === "gym") return NPM_SCRIPT_COMMAND;
   if (argv1 !== undefined && underNodeModules(argv1)) return NPX_COMMAND;
+  if (argv1 !== undefined && isCheckoutBin(argv1)) return NPX_COMMAND;
   if (argv1 !== undefined && isSourceEntry(argv1)) return NPM_SCRIPT_COMMAND;
   if (event !== "") return NPX_COMMAND;
   return DEFAULT_COMMAND;
@@ -56,4 +59,8 @@ function underNodeModules(file: string): boolean {
 
 function isSourceEntry(file: string): boolean {
   return segments(file).slice(-4).join("/") === "sdk/src/cli/main.ts";
+}
+
+function isCheckoutBin(file: string): boolean {
+  return segments(file).slice(-3).join("/") === "sdk/bin/gym.js";
 }

@@ -43,6 +43,7 @@ import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 import { SessionRouter } from "./routing/session-router.js";
 import { SocketMux } from "./routing/socket-mux.js";
+import { sdkPackage } from "../util/sdk-package.js";
 
 /** The header naming a session's owner on a request that carries no session cookie. */
 export const SESSION_OWNER_HEADER = "x-ng-session-owner";
@@ -365,13 +366,25 @@ export class Server<Config = unknown> {
     return this.#app;
   }
 
+  /**
+   * `info.version` and `info.description` of the server's OpenAPI document. Override to publish
+   * your server's own version. @default the SDK's version, and a description naming the server
+   */
+  protected apiInfo(): { readonly version: string; readonly description?: string } {
+    const sdk = sdkPackage();
+    return {
+      version: sdk.version,
+      description: `The routes of the gym server \`${this.name}\`, served by ${sdk.name} ${sdk.version}.`,
+    };
+  }
+
   /** The OpenAPI document of the routes this server serves (also before it listens). */
   openApiDocument(): ReturnType<typeof buildOpenApiDocument> {
     // The control plane, if any, comes with the app: build it first (unless building it now).
     if (!this.#building) this.app();
     return buildOpenApiDocument({
       title: `${this.name} (gym server)`,
-      version: "1.0.0",
+      ...this.apiInfo(),
       controlRoutes: this.#controlRoutes,
       routes: this.#allRoutes().map((route): RouteDoc => route),
       operations: {

@@ -28,6 +28,10 @@ describe("invokedAs", () => {
     expect(invokedAs({}, argv1)).toBe("npx gym");
   });
 
+  it("is `npx gym` for a checkout's committed bin run by its path (npm links it)", () => {
+    expect(invokedAs({}, "/home/u/gym-participant-sdk/sdk/bin/gym.js")).toBe("npx gym");
+  });
+
   it.each(["checkpoint", "npx"])(
     "is `npx gym` under any other npm script (npm_lifecycle_event %s)",
     (event) => {
