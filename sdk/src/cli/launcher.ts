@@ -13,6 +13,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
 import { deferred } from "../util/deferred.js";
+import { didYouMean } from "../util/did-you-mean.js";
 import type { ResolvedDeployment } from "../wire/deployment.js";
 import { loadDeploymentFile } from "../deployment/load.js";
 import { resolveDeployment } from "../deployment/resolve.js";
@@ -20,7 +21,7 @@ import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand, tsxLoader } from "./node-command.js";
 import { CliError, UsageError, commandOf, type Io } from "./output.js";
-import { chooseFreePorts } from "./ports.js";
+import { chooseFreePorts, takenPorts, takenPortsError } from "./ports.js";
 import { isProcessAlive, pollUntil, stopGroups, type GroupStop } from "./processes.js";
 import {
   chooseStateFile,
@@ -90,7 +91,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
   for (const name of only ?? []) {
     if (!names.includes(name)) {
       throw new UsageError(
-        `--only names ${name}, which ${loaded.file} does not define`,
+        `--only names ${name}, which ${loaded.file} does not define${didYouMean(name, names)}`,
         `choose among: ${names.join(", ")}`,
       );
     }
@@ -150,6 +151,17 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     else if (only !== null && known !== undefined) ports[name] = known;
     else free.push({ name, host: server.host });
   }
+  // A fixed port another process holds would only show as a server that failed to start.
+  const taken = await takenPorts(
+    targets
+      .filter((name) => ports[name] !== undefined)
+      .map((name) => ({
+        name,
+        host: loaded.servers[name]?.host ?? "127.0.0.1",
+        port: ports[name] as number,
+      })),
+  );
+  if (taken.length > 0) throw takenPortsError(taken, relative(io, loaded.file));
   Object.assign(ports, await chooseFreePorts(free));
   const deployment: ResolvedDeployment = resolveDeployment(loaded, ports);
   writeFileAtomic(paths.resolvedFile, `${JSON.stringify(deployment, null, 2)}\n`);
@@ -341,7 +353,7 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
   for (const name of targets) {
     if (!names.includes(name)) {
       throw new UsageError(
-        `--only names ${name}, which the state file ${relative(io, stateFile)} does not list`,
+        `--only names ${name}, which the state file ${relative(io, stateFile)} does not list${didYouMean(name, names)}`,
         `running servers: ${names.join(", ") || "none"}`,
       );
     }
