@@ -479,7 +479,9 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
     for (const child of children) {
       void child.exit.then((exit) => {
         if (!stopping)
-          io.err(`gym: server ${child.name} ${describeExit(exit)}; its log: ${child.log}`);
+          io.err(
+            `gym: server ${child.name} (pid ${child.pid ?? "?"}) ${describeExit(exit)}; its log: ${child.log}`,
+          );
       });
     }
     const allExited = Promise.all(children.map((child) => child.exit));
