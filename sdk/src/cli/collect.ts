@@ -20,7 +20,7 @@ import { startTelemetry, stopTelemetry } from "../telemetry/setup.js";
 import { duration, positiveDuration } from "./actions.js";
 import { CollectDisplay, eventLine, summaryLines } from "./collect-display.js";
 import { CliError, EXIT_OK, UsageError, commandOf, type Io } from "./output.js";
-import { requireState, runStateFile } from "./state-file.js";
+import { openRun } from "./open-run.js";
 
 /** The flags of `gym collect`, as commander parses them. */
 export interface CollectFlags {
@@ -76,8 +76,7 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
 
   // The controller's spans (gym.collect.*, gym.checkpoint.coordinate.*) when OTEL_* asks.
   startTelemetry({ serviceName: "gym-collect", prometheus: false, env: io.env });
-  const stateFile = runStateFile({ ...flags, cwd: io.cwd, command: gym });
-  const state = requireState(stateFile, gym);
+  const { stateFile, state, restartHint } = openRun(flags, io);
   const client = new ServerClient(state.deployment);
   const logger = pino({ level: io.env.LOG_LEVEL ?? "warn" }, pino.destination(2));
   let participants: Participants | null = null;
@@ -94,7 +93,8 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
       if (error instanceof CoordinationError) {
         throw new CliError(
           `cannot reach the deployment's participants: ${error.message}`,
-          `is it running? \`${gym} ckpt status --state ${stateFile}\` probes every participant`,
+          restartHint ??
+            `is it running? \`${gym} ckpt status --state ${stateFile}\` probes every participant`,
         );
       }
       throw error;

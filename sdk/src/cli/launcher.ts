@@ -13,20 +13,25 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
 import { deferred } from "../util/deferred.js";
+import { didYouMean } from "../util/did-you-mean.js";
 import type { ResolvedDeployment } from "../wire/deployment.js";
 import { loadDeploymentFile } from "../deployment/load.js";
 import { resolveDeployment } from "../deployment/resolve.js";
 import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand, tsxLoader } from "./node-command.js";
-import { CliError, UsageError, commandOf, type Io } from "./output.js";
-import { chooseFreePorts } from "./ports.js";
+import { CliError, UsageError, commandOf, shownPath, type Io } from "./output.js";
+import { chooseFreePorts, takenPorts, takenPortsError } from "./ports.js";
 import { isProcessAlive, pollUntil, stopGroups, type GroupStop } from "./processes.js";
+import { deadServerLines, deadServers } from "./dead-servers.js";
+import { noteFoundAbove } from "./open-run.js";
 import {
   chooseStateFile,
+  missingState,
   readState,
   removeFromState,
   runStateFile,
+  searchesUpward,
   statePaths,
   writeFileAtomic,
   type RunState,
@@ -66,11 +71,6 @@ function plural(count: number, word: string): string {
   return `${count} ${word}${count === 1 ? "" : "s"}`;
 }
 
-function relative(io: Io, file: string): string {
-  const shown = path.relative(io.cwd, file);
-  return shown === "" ? "." : shown.startsWith("..") ? file : shown;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Planning (nothing is started)
 // ---------------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
   for (const name of only ?? []) {
     if (!names.includes(name)) {
       throw new UsageError(
-        `--only names ${name}, which ${loaded.file} does not define`,
+        `--only names ${name}, which ${loaded.file} does not define${didYouMean(name, names)}`,
         `choose among: ${names.join(", ")}`,
       );
     }
@@ -100,18 +100,18 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
   for (const name of targets) {
     const entrypoint = loaded.servers[name]?.entrypoint;
     if (entrypoint !== undefined && isTypeScript(entrypoint)) {
-      tsxLoader(loaded.dir, `server ${name} (${relative(io, entrypoint)})`);
+      tsxLoader(loaded.dir, `server ${name} (${shownPath(io, entrypoint)})`);
     }
   }
   const existing = readState(stateFile);
   const alive = (entry: StateServer | undefined): boolean =>
     entry !== undefined && isProcessAlive(entry.pid);
-  const stopHint = `stop it with \`${gym} stop --state ${relative(io, stateFile)}\`, or keep it and use another state file with --state FILE`;
+  const stopHint = `stop it with \`${gym} stop --state ${shownPath(io, stateFile)}\`, or keep it and use another state file with --state FILE`;
   if (only === null && existing !== null) {
     const running = Object.values(existing.servers).filter(alive);
     if (running.length > 0) {
       throw new CliError(
-        `a deployment is already running from ${relative(io, stateFile)}: ` +
+        `a deployment is already running from ${shownPath(io, stateFile)}: ` +
           running.map((entry) => `${entry.name} (pid ${entry.pid})`).join(", "),
         stopHint,
       );
@@ -124,7 +124,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
       if (alive(entry)) {
         throw new CliError(
           `server ${name} is already running (pid ${entry?.pid})`,
-          `stop it first with \`${gym} stop --only ${name} --state ${relative(io, stateFile)}\``,
+          `stop it first with \`${gym} stop --only ${name} --state ${shownPath(io, stateFile)}\``,
         );
       }
     }
@@ -132,8 +132,8 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
       const entry = existing?.servers[name];
       if (existing === null || entry === undefined || !alive(entry)) {
         throw new CliError(
-          `server ${name} is not running (per ${relative(io, stateFile)}), and --only does not start it`,
-          `start it too (--only ${[...targets, name].join(",")}), or start everything with \`${gym} serve ${relative(io, loaded.file)}\``,
+          `server ${name} is not running (per ${shownPath(io, stateFile)}), and --only does not start it`,
+          `start it too (--only ${[...targets, name].join(",")}), or start everything with \`${gym} serve ${shownPath(io, loaded.file)}\``,
         );
       }
       keep[name] = entry;
@@ -150,6 +150,17 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     else if (only !== null && known !== undefined) ports[name] = known;
     else free.push({ name, host: server.host });
   }
+  // A fixed port another process holds would only show as a server that failed to start.
+  const taken = await takenPorts(
+    targets
+      .filter((name) => ports[name] !== undefined)
+      .map((name) => ({
+        name,
+        host: loaded.servers[name]?.host ?? "127.0.0.1",
+        port: ports[name] as number,
+      })),
+  );
+  if (taken.length > 0) throw takenPortsError(taken, shownPath(io, loaded.file));
   Object.assign(ports, await chooseFreePorts(free));
   const deployment: ResolvedDeployment = resolveDeployment(loaded, ports);
   writeFileAtomic(paths.resolvedFile, `${JSON.stringify(deployment, null, 2)}\n`);
@@ -249,9 +260,9 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
   }
   const plan = await planServe(options, io);
   const names = plan.servers.map((server) => server.name);
-  const stateShown = relative(io, plan.state_file);
+  const stateShown = shownPath(io, plan.state_file);
   io.err(
-    `gym: starting ${plural(names.length, "server")} from ${relative(io, plan.deployment_file)}…`,
+    `gym: starting ${plural(names.length, "server")} from ${shownPath(io, plan.deployment_file)}…`,
   );
 
   if (options.detach === true) {
@@ -265,7 +276,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
     }
     io.out(startedTable(state, names));
     io.out(
-      `\nrunning in the background (state: ${stateShown}, logs: ${relative(io, plan.logs_dir)}/)\n` +
+      `\nrunning in the background (state: ${stateShown}, logs: ${shownPath(io, plan.logs_dir)}/)\n` +
         `stop with: ${commandOf(io)} stop --state ${stateShown}`,
     );
     return 0;
@@ -283,7 +294,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
       onReady: (state) => {
         io.out(startedTable(state, names));
         io.out(
-          `\nstate: ${stateShown}, logs: ${relative(io, plan.logs_dir)}/\n` +
+          `\nstate: ${stateShown}, logs: ${shownPath(io, plan.logs_dir)}/\n` +
             "press Ctrl-C to stop every server",
         );
       },
@@ -326,27 +337,32 @@ export interface StopOptions {
  */
 export async function stop(options: StopOptions, io: Io): Promise<number> {
   const stateFile = runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
+  const upward = searchesUpward(options);
   const state = readState(stateFile);
   if (state === null) {
     if (options.json === true) {
       io.out(JSON.stringify({ state_file: stateFile, servers: {} }, null, 2));
     }
     io.err(
-      `gym: no running deployment: there is no state file at ${relative(io, stateFile)}; nothing to stop`,
+      `gym: no running deployment: ${missingState(shownPath(io, stateFile), upward ? io.cwd : undefined)}; nothing to stop`,
     );
     return 0;
   }
+  if (upward) noteFoundAbove(stateFile, io);
   const names = Object.keys(state.servers);
   const targets = options.only === undefined ? names : [...new Set(options.only)];
   for (const name of targets) {
     if (!names.includes(name)) {
       throw new UsageError(
-        `--only names ${name}, which the state file ${relative(io, stateFile)} does not list`,
+        `--only names ${name}, which the state file ${shownPath(io, stateFile)} does not list${didYouMean(name, names)}`,
         `running servers: ${names.join(", ") || "none"}`,
       );
     }
   }
   const entries = targets.map((name) => state.servers[name] as StateServer);
+  // Named before stopping: afterwards every server is gone and these no longer stand out.
+  const dead = deadServers(state).filter((entry) => targets.includes(entry.name));
+  for (const line of deadServerLines(dead, io)) io.err(line);
   const started = Date.now();
   const outcomes = await stopGroups(
     entries.map((entry) => entry.pgid),
@@ -409,7 +425,7 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
           entry.name,
           String(entry.pid),
           word[outcomes[index]?.outcome ?? "gone"],
-          relative(io, entry.log),
+          shownPath(io, entry.log),
         ]),
       ),
     );

@@ -2,6 +2,7 @@
  * What every `gym` command writes to and how it fails: the output streams (so tests can run the
  * CLI in-process and capture them), and the two errors that carry an exit status.
  */
+import path from "node:path";
 import { DEFAULT_COMMAND, invokedAs } from "./invocation.js";
 import { DeploymentFileError } from "../deployment/errors.js";
 
@@ -35,6 +36,15 @@ export function processIo(): Io {
 /** The prefix of the `gym` commands `io`'s hints print: {@link Io.command}, or `gym`. */
 export function commandOf(io: Pick<Io, "command">): string {
   return io.command ?? DEFAULT_COMMAND;
+}
+
+/**
+ * A path as a message shows it: relative to the working directory when it is inside it, else
+ * absolute, so that a command copied from the message works where the user is.
+ */
+export function shownPath(io: Pick<Io, "cwd">, file: string): string {
+  const shown = path.relative(io.cwd, file);
+  return shown === "" ? "." : shown.startsWith("..") || path.isAbsolute(shown) ? file : shown;
 }
 
 /** Exit status: success. */

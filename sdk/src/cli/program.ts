@@ -111,7 +111,10 @@ function buildProgram(handlers: Handlers): Command {
       "stop the servers of a run: SIGTERM each process group, SIGKILL after --grace; nothing running is not an error",
     )
     .argument("[deployment]", "the deployment file the run was started from (as --deployment)")
-    .option("--state <file>", "the run's state file (default: .gym/run.json)")
+    .option(
+      "--state <file>",
+      "the run's state file (default: the nearest .gym/run.json here or above)",
+    )
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--kill", "SIGKILL every process group at once (simulates a crash)")
     .option("--only <names>", "stop only these servers (NAME[,NAME])")
@@ -160,7 +163,10 @@ function buildProgram(handlers: Handlers): Command {
     .description(
       "a live view of a running deployment: per server readiness, phase, admission, in flight, blockers, request rate, commits",
     )
-    .option("--state <file>", "the run's state file (default: .gym/run.json)")
+    .option(
+      "--state <file>",
+      "the run's state file (default: the nearest .gym/run.json here or above)",
+    )
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--interval <duration>", "time between refreshes", "1s")
     .option("--once", "print one snapshot and exit")
@@ -193,7 +199,10 @@ function buildProgram(handlers: Handlers): Command {
     )
     .argument("<tasks>", "the JSON Lines file of tasks (one object per line)")
     .option("--output <file>", "where rows go (default: rollouts.jsonl in --checkpoint-dir)")
-    .option("--state <file>", "the run's state file (default: .gym/run.json)")
+    .option(
+      "--state <file>",
+      "the run's state file (default: the nearest .gym/run.json here or above)",
+    )
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--concurrency <n>", "rows in flight at once", "16")
     .option("--repeats <k>", "rollouts per task, each with its own rollout ID", "1")

@@ -14,7 +14,14 @@ import {
   type LastPrepare,
   type RunState,
 } from "./state-schema.js";
-import { chooseStateFile, writeFileAtomic, writeStateFile } from "./state-io.js";
+import {
+  STATE_DIR_NAME,
+  STATE_FILE_NAME,
+  chooseStateFile,
+  findStateFile,
+  writeFileAtomic,
+  writeStateFile,
+} from "./state-io.js";
 
 export {
   LAST_PREPARE_FILE_NAME,
@@ -22,6 +29,7 @@ export {
   STATE_DIR_NAME,
   STATE_FILE_NAME,
   chooseStateFile,
+  findStateFile,
   removeFromState,
   statePaths,
   writeFileAtomic,
@@ -55,15 +63,23 @@ export function readState(stateFile: string): RunState | null {
   return parsed.data;
 }
 
+/** Where no state file was found, for a message: the file, or where the search went. */
+export function missingState(stateFile: string, searchedFrom?: string): string {
+  return searchedFrom === undefined
+    ? `there is no state file at ${stateFile}`
+    : `there is no ${STATE_DIR_NAME}/${STATE_FILE_NAME} in ${searchedFrom} or any directory above it`;
+}
+
 /**
  * Reads the state file; a missing one is a {@link CliError} saying how to start a run, with
- * `gym` as the command prefix (`npx gym`, …: see `invocation.ts`).
+ * `gym` as the command prefix (`npx gym`, …: see `invocation.ts`). `searchedFrom` is the
+ * directory the lookup started at when it searched upward ({@link runStateFile}).
  */
-export function requireState(stateFile: string, gym: string): RunState {
+export function requireState(stateFile: string, gym: string, searchedFrom?: string): RunState {
   const state = readState(stateFile);
   if (state === null) {
     throw new CliError(
-      `no running deployment: there is no state file at ${stateFile}`,
+      `no running deployment: ${missingState(stateFile, searchedFrom)}`,
       `start one with \`${gym} serve <deployment.yaml>\`, or point at its state with --state FILE ` +
         "or --deployment FILE",
     );
@@ -71,11 +87,22 @@ export function requireState(stateFile: string, gym: string): RunState {
   return state;
 }
 
+/** Whether {@link runStateFile} searches upward for these options: neither flag was given. */
+export function searchesUpward(options: {
+  state?: string | undefined;
+  deployment?: string | undefined;
+}): boolean {
+  return options.state === undefined && options.deployment === undefined;
+}
+
 /**
- * The state file of a run that `gym stop` and `gym ckpt` act on ({@link chooseStateFile}), after
- * checking that a `--deployment` file (when it is what locates the state) exists: a mistyped
- * deployment path is named as such, not reported as a missing run. `command` is the prefix of
- * the command its advice names.
+ * The state file of a run that `gym stop`, `gym ckpt`, `gym top` and `gym collect` act on:
+ * `--state` when given; else `.gym/run.json` next to `--deployment`, after checking that file
+ * exists (a mistyped deployment path is named as such, not reported as a missing run); else the
+ * nearest `.gym/run.json` in the working directory or a directory above it
+ * ({@link findStateFile}), so these commands work from anywhere inside the run's directory; else
+ * `.gym/run.json` in the working directory, which does not exist. `command` is the prefix of the
+ * command its advice names.
  */
 export function runStateFile(options: {
   state?: string | undefined;
@@ -99,6 +126,7 @@ export function runStateFile(options: {
       );
     }
   }
+  if (searchesUpward(options)) return findStateFile(options.cwd) ?? chooseStateFile(options);
   return chooseStateFile(options);
 }
 

@@ -4,7 +4,15 @@
  * the shapes).
  */
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import path from "node:path";
 import type { RunState } from "./state-schema.js";
 
@@ -59,6 +67,23 @@ export function chooseStateFile(options: {
       ? path.dirname(path.resolve(options.cwd, options.deployment))
       : options.cwd;
   return path.join(base, STATE_DIR_NAME, STATE_FILE_NAME);
+}
+
+/**
+ * The nearest state file at or above `dir`: `.gym/run.json` in `dir`, else in its parent, and so
+ * on up to the filesystem root, the way git finds `.git`; null when there is none. A command run
+ * anywhere inside the directory `gym serve` ran from finds that run.
+ */
+export function findStateFile(dir: string): string | null {
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    const candidate = path.join(current, STATE_DIR_NAME, STATE_FILE_NAME);
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here: look one level up
+    }
+    if (path.dirname(current) === current) return null;
+  }
 }
 
 /** Writes a file atomically (temporary file, then rename), readable by its owner only. */

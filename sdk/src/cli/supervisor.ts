@@ -304,6 +304,18 @@ export interface FailedServer extends StartFailure {
   readonly name: string;
   readonly log: string;
   readonly lines: readonly string[];
+  /** Where it was to listen: names the port when another process took it first. */
+  readonly url?: string;
+}
+
+/** The port a failed server could not listen on because another process held it, or null. */
+function portTaken(server: FailedServer): string | null {
+  if (server.timedOut || !server.lines.some((line) => line.includes("EADDRINUSE"))) return null;
+  try {
+    return server.url === undefined ? "its port" : `port ${new URL(server.url).port}`;
+  } catch {
+    return "its port";
+  }
 }
 
 /**
@@ -318,16 +330,28 @@ export function startFailureReport(
   gym: string,
 ): { message: string; hint: string } {
   const parts = failed.map(
-    ({ name, reason, log, lines }) =>
-      `server ${name} failed to start: it ${reason}\n` +
-      `last ${lines.length} lines of ${log}:\n` +
-      (lines.length === 0 ? "  (empty)" : lines.map((line) => `  | ${line}`).join("\n")),
+    (server) =>
+      `server ${server.name} failed to start: it ${server.reason}` +
+      (portTaken(server) === null
+        ? ""
+        : `: ${portTaken(server)} is already in use by another process`) +
+      `\n` +
+      `last ${server.lines.length} lines of ${server.log}:\n` +
+      (server.lines.length === 0
+        ? "  (empty)"
+        : server.lines.map((line) => `  | ${line}`).join("\n")),
   );
   const message =
     parts.join("\n\n") +
     (others > 0 ? `\n\nstopped the ${plural(others, "other server")} started with it` : "");
   const slow = failed.filter((server) => server.timedOut).map((server) => server.name);
-  const fix = `fix the server (its log is above) and run \`${gym} serve\` again`;
+  const busy = failed.filter((server) => portTaken(server) !== null);
+  // Another program took the port between the check before the start and the server's bind.
+  const fix =
+    busy.length > 0
+      ? `stop the process holding ${busy.map((server) => `${portTaken(server)} (server ${server.name})`).join(", ")}, ` +
+        `or give the server another port in the deployment file (port: 0 picks a free one), then run \`${gym} serve\` again`
+      : `fix the server (its log is above) and run \`${gym} serve\` again`;
   if (slow.length === 0) return { message, hint: fix };
   // A server that runs but has not answered may just be slow to start (a cold tsx compile).
   const longer = `--health-timeout ${Math.ceil(Math.max(healthTimeoutMs * 2, 60_000) / 1_000)}s`;
@@ -403,6 +427,7 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
           name: child.name,
           log: child.log,
           lines: logs.get(child) ?? [],
+          url: plan.servers.find((server) => server.name === child.name)?.url,
           ...failure,
         })),
         children.length - failures.length,
@@ -454,7 +479,9 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
     for (const child of children) {
       void child.exit.then((exit) => {
         if (!stopping)
-          io.err(`gym: server ${child.name} ${describeExit(exit)}; its log: ${child.log}`);
+          io.err(
+            `gym: server ${child.name} (pid ${child.pid ?? "?"}) ${describeExit(exit)}; its log: ${child.log}`,
+          );
       });
     }
     const allExited = Promise.all(children.map((child) => child.exit));

@@ -7,8 +7,9 @@
 import { setTimeout as delay } from "node:timers/promises";
 import type { ResolvedServer } from "../wire/deployment.js";
 import type { Io } from "./output.js";
-import { EXIT_OK, commandOf } from "./output.js";
-import { requireState, runStateFile } from "./state-file.js";
+import { EXIT_OK } from "./output.js";
+import { deadServers } from "./dead-servers.js";
+import { openRun } from "./open-run.js";
 import { table } from "./table.js";
 
 /** What one server's metrics say. */
@@ -109,9 +110,7 @@ export interface TopOptions {
 
 /** Runs `gym top` until interrupted (or once). */
 export async function topCommand(options: TopOptions, io: Io): Promise<number> {
-  const gym = commandOf(io);
-  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: gym });
-  const state = requireState(stateFile, gym);
+  const { state } = openRun(options, io);
   const servers = Object.entries(state.deployment.servers)
     .filter(([, server]) => server.kind !== "backend")
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
@@ -128,6 +127,8 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
       const snapshots = await Promise.all(
         servers.map(async ([, server]) => await snapshotOf(server)),
       );
+      // A server whose process is gone says so, with its pid, rather than just "down".
+      const gone = new Map(deadServers(state).map((entry) => [entry.name, entry.pid]));
       const next = new Map<string, { requests: number; at: number }>();
       const rows = servers.map(([name, server], i) => {
         const snapshot = snapshots[i] as ServerSnapshot;
@@ -142,7 +143,7 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
         return [
           name,
           server.kind,
-          snapshot.ready,
+          gone.has(name) ? `exited (pid ${gone.get(name)})` : snapshot.ready,
           snapshot.phase,
           snapshot.admission,
           cell(snapshot.inflight),

@@ -3,12 +3,50 @@
  * that do not exist, ports given twice, server names that cannot name a directory.
  */
 import { visit, type Document, type LineCounter } from "yaml";
-import { SERVER_REFERENCE_SUFFIX, type DeploymentFile } from "../wire/deployment.js";
+import { didYouMean } from "../util/did-you-mean.js";
+import { DeploymentServerSchema, SERVER_REFERENCE_SUFFIX } from "../wire/deployment.js";
 import type { DeploymentProblem } from "./errors.js";
 import { keyText, pathText, startOf } from "./positions.js";
 
 /** The line of the key (or item) at a path in the file. */
 export type LineOf = (segments: readonly PropertyKey[]) => number;
+
+/** What the cross checks read of one server. */
+export interface CheckedServer {
+  /** null when the file gives none the schema accepts: nothing to look for. */
+  readonly entrypoint: string | null;
+  readonly host: string;
+  /** 0 (no fixed port to compare) when the file gives none the schema accepts. */
+  readonly port: number;
+  readonly config: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The servers of a file the schema refused, as far as the cross checks can read them: each field
+ * is taken when it validates on its own, so that one server's bad `kind` does not hide another's
+ * missing entrypoint or dangling reference (every problem is reported at once).
+ */
+export function checkableServers(data: unknown): Record<string, CheckedServer> {
+  const servers = (data as { servers?: unknown } | null)?.servers;
+  if (servers === null || typeof servers !== "object" || Array.isArray(servers)) return {};
+  const fields = DeploymentServerSchema.shape;
+  const checked: Record<string, CheckedServer> = {};
+  for (const [name, raw] of Object.entries(servers)) {
+    const server = (raw !== null && typeof raw === "object" ? raw : {}) as Record<string, unknown>;
+    const entrypoint = fields.entrypoint.safeParse(server.entrypoint);
+    const host = fields.host.safeParse(server.host);
+    const port = fields.port.safeParse(server.port);
+    const config = fields.config.safeParse(server.config);
+    checked[name] = {
+      entrypoint: entrypoint.success ? entrypoint.data : null,
+      host: host.success ? host.data : "",
+      // A port on a host that is not valid is compared with nothing.
+      port: port.success && host.success ? port.data : 0,
+      config: config.success ? config.data : {},
+    };
+  }
+  return checked;
+}
 
 /**
  * Duplicate keys, which YAML reports as errors: a duplicate server name is named as such, with
@@ -57,8 +95,11 @@ export function duplicateProblems(doc: Document, lines: LineCounter): Deployment
  * Keys ending in {@link SERVER_REFERENCE_SUFFIX} anywhere in a server's `config` must name a
  * server of this deployment.
  */
-export function referenceProblems(file: DeploymentFile, at: LineOf): DeploymentProblem[] {
-  const names = Object.keys(file.servers);
+export function referenceProblems(
+  servers: Readonly<Record<string, Pick<CheckedServer, "config">>>,
+  at: LineOf,
+): DeploymentProblem[] {
+  const names = Object.keys(servers);
   const problems: DeploymentProblem[] = [];
   const walk = (value: unknown, segments: readonly PropertyKey[]): void => {
     if (Array.isArray(value)) {
@@ -75,12 +116,13 @@ export function referenceProblems(file: DeploymentFile, at: LineOf): DeploymentP
             path: pathText(here),
             message: `${pathText(here)} must name a server of this deployment (a string), got ${JSON.stringify(item)}`,
           });
-        } else if (!Object.hasOwn(file.servers, item)) {
+        } else if (!Object.hasOwn(servers, item)) {
           problems.push({
             line: at(here),
             path: pathText(here),
             message:
-              `${pathText(here)} names server '${item}', which this deployment does not define ` +
+              `${pathText(here)} names server '${item}', which this deployment does not define` +
+              `${didYouMean(item, names)} ` +
               `(servers: ${names.join(", ")}): fix the name or add the server`,
           });
         }
@@ -89,17 +131,20 @@ export function referenceProblems(file: DeploymentFile, at: LineOf): DeploymentP
       walk(item, here);
     }
   };
-  for (const [name, server] of Object.entries(file.servers)) {
+  for (const [name, server] of Object.entries(servers)) {
     walk(server.config, ["servers", name, "config"]);
   }
   return problems;
 }
 
 /** A fixed port (not 0) may be given to one server per host. */
-export function portProblems(file: DeploymentFile, at: LineOf): DeploymentProblem[] {
+export function portProblems(
+  servers: Readonly<Record<string, Pick<CheckedServer, "host" | "port">>>,
+  at: LineOf,
+): DeploymentProblem[] {
   const problems: DeploymentProblem[] = [];
   const taken = new Map<string, string>();
-  for (const [name, server] of Object.entries(file.servers)) {
+  for (const [name, server] of Object.entries(servers)) {
     if (server.port === 0) continue;
     const key = `${server.host}:${server.port}`;
     const other = taken.get(key);

@@ -6,6 +6,7 @@ import type { Document, LineCounter } from "yaml";
 import type { z } from "zod";
 import { DeploymentFileSchema, DeploymentServerSchema, SERVER_KINDS } from "../wire/deployment.js";
 import { CheckpointSettingsSchema } from "../wire/settings.js";
+import { didYouMean } from "../util/did-you-mean.js";
 import type { DeploymentProblem } from "./errors.js";
 import { locate, pathText, valueAt } from "./positions.js";
 
@@ -49,7 +50,9 @@ export function issueProblems(issue: z.core.$ZodIssue, context: IssueContext): D
       line: at([...segments, key]),
       path: pathText([...segments, key]),
       message:
-        `unknown key '${key}' ${describeWhere(segments)}: remove it or fix its spelling` +
+        `unknown key '${key}' ${describeWhere(segments)}` +
+        (allowed === null ? "" : didYouMean(key, allowed)) +
+        ": remove it or fix its spelling" +
         (allowed === null ? "" : ` (allowed: ${allowed.join(", ")})`),
     }));
   }
@@ -95,7 +98,10 @@ export function issueProblems(issue: z.core.$ZodIssue, context: IssueContext): D
       {
         line,
         path: where,
-        message: `bad kind ${JSON.stringify(value)} for server ${String(segments[1])}: use one of ${SERVER_KINDS.join(", ")}`,
+        message:
+          `bad kind ${JSON.stringify(value)} for server ${String(segments[1])}` +
+          (typeof value === "string" ? didYouMean(value, SERVER_KINDS) : "") +
+          `: use one of ${SERVER_KINDS.join(", ")}`,
       },
     ];
   }

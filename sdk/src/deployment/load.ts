@@ -9,9 +9,10 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument } from "yaml";
-import { DeploymentFileSchema, type ServerKind } from "../wire/deployment.js";
+import { DeploymentFileSchema, SERVER_NAME_PATTERN, type ServerKind } from "../wire/deployment.js";
 import type { CheckpointSettings, TelemetrySettings } from "../wire/settings.js";
 import {
+  checkableServers,
   duplicateProblems,
   portProblems,
   referenceProblems,
@@ -138,35 +139,42 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
       failedNodes: expansion.failedNodes,
     };
     for (const issue of parsed.error.issues) problems.push(...issueProblems(issue, context));
-    throw new DeploymentFileError(file, problems);
   }
 
+  // The cross checks run on a refused file too, on what of it can be read, so one pass lists
+  // every problem rather than the schema's first and the rest after a fix.
+  const checked = parsed.success ? parsed.data.servers : checkableServers(data);
+  problems.push(...referenceProblems(checked, at));
+  problems.push(...portProblems(checked, at));
+  const entrypoints: Record<string, string> = {};
+  for (const [name, server] of Object.entries(checked)) {
+    const badName = serverNameProblem(name, at);
+    if (badName !== null && SERVER_NAME_PATTERN.test(name)) problems.push(badName);
+    if (server.entrypoint === null) continue;
+    entrypoints[name] = path.resolve(dir, server.entrypoint);
+    // A `${VAR}` that could not be expanded is reported already; its file is not looked for.
+    const node = locate(doc, lines, ["servers", name, "entrypoint"]).node;
+    if (!(options.checkEntrypoints ?? true) || expansion.failedNodes.has(node)) continue;
+    try {
+      entrypoints[name] = resolveEntrypoint(server.entrypoint, dir);
+    } catch (error) {
+      if (!(error instanceof EntrypointError)) throw error;
+      problems.push({
+        line: at(["servers", name, "entrypoint"]),
+        path: `servers.${name}.entrypoint`,
+        message: error.message,
+      });
+    }
+  }
+  if (!parsed.success || problems.length > 0) throw new DeploymentFileError(file, problems);
+
   const deployment = parsed.data;
-  problems.push(...referenceProblems(deployment, at));
-  problems.push(...portProblems(deployment, at));
   const servers: Record<string, LoadedServer> = {};
   for (const [name, server] of Object.entries(deployment.servers)) {
-    const badName = serverNameProblem(name, at);
-    if (badName !== null) problems.push(badName);
-    let entrypoint = server.entrypoint;
-    if (options.checkEntrypoints ?? true) {
-      try {
-        entrypoint = resolveEntrypoint(server.entrypoint, dir);
-      } catch (error) {
-        if (!(error instanceof EntrypointError)) throw error;
-        problems.push({
-          line: at(["servers", name, "entrypoint"]),
-          path: `servers.${name}.entrypoint`,
-          message: error.message,
-        });
-      }
-    } else {
-      entrypoint = path.resolve(dir, server.entrypoint);
-    }
     servers[name] = {
       name,
       kind: server.kind,
-      entrypoint,
+      entrypoint: entrypoints[name] ?? path.resolve(dir, server.entrypoint),
       host: server.host,
       port: server.port,
       num_workers: server.num_workers,
@@ -175,7 +183,6 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
       line: at(["servers", name]),
     };
   }
-  if (problems.length > 0) throw new DeploymentFileError(file, problems);
   return {
     file: absolute,
     dir,

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -238,6 +239,42 @@ describe("planning a run", () => {
     await expect(planServe({ deploymentFile: file, only: ["nope"] }, io())).rejects.toThrow(
       UsageError,
     );
+    await expect(planServe({ deploymentFile: file, only: ["countr"] }, io())).rejects.toThrow(
+      /--only names countr, .* \(did you mean 'counter'\?\)/,
+    );
+  });
+
+  it("refuses a fixed port another process listens on, naming the server and the port", async () => {
+    const other = createServer();
+    await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+    const { port } = other.address() as AddressInfo;
+    try {
+      const file = copyGood();
+      writeFileSync(
+        file,
+        readFileSync(file, "utf8").replace(
+          "    kind: backend\n",
+          `    kind: backend\n    port: ${port}\n`,
+        ),
+      );
+      const failure = await planServe({ deploymentFile: file }, io()).then(
+        () => null,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(CliError);
+      expect((failure as CliError).message).toMatch(
+        new RegExp(
+          `server echo: port ${port} on 127\\.0\\.0\\.1 is already in use by another process`,
+        ),
+      );
+      expect((failure as CliError).hint).toMatch(
+        /stop the process listening there .*or give echo another port/,
+      );
+      // Nothing was planned: no resolved deployment was written.
+      expect(existsSync(path.join(path.dirname(file), ".gym"))).toBe(false);
+    } finally {
+      await new Promise((resolve) => other.close(resolve));
+    }
   });
 });
 

@@ -165,6 +165,65 @@ describe("problems and their lines", () => {
     expect(problems.filter((p) => p.line === 3)).toHaveLength(1);
   });
 
+  it("with a duplicate key and a refused value, still reports every other problem", () => {
+    const file = deploymentFile(
+      [
+        "servers:", // 1
+        "  a:", // 2
+        "    kind: resource", // 3
+        "    entrypoint: ./srv.ts", // 4
+        "    entrypoint: ./missing.ts", // 5
+        "  b:", // 6
+        "    kind: agent", // 7
+        "    entrypoint: ./nope.ts", // 8
+        "    port: 8101", // 9
+        "    config:", // 10
+        "      model_server: policy", // 11
+        "  c:", // 12
+        "    kind: model", // 13
+        "    entrypoint: ./srv.ts", // 14
+        "    port: 8101", // 15
+      ].join("\n"),
+    );
+    const problems = problemsOf(file);
+    const messages = (line: number): string =>
+      problems
+        .filter((problem) => problem.line === line)
+        .map((problem) => problem.message)
+        .join("\n");
+    expect(messages(3)).toMatch(/bad kind "resource" for server a \(did you mean 'resources'\?\)/);
+    expect(messages(5)).toMatch(/duplicate key 'entrypoint' \(first on line 4\)/);
+    // The last entrypoint is the one read; it is looked for although the file was refused.
+    expect(messages(5)).toMatch(/entrypoint \.\/missing\.ts not found/);
+    expect(messages(8)).toMatch(/entrypoint \.\/nope\.ts not found/);
+    expect(messages(11)).toMatch(/names server 'policy', which this deployment does not define/);
+    expect(messages(15)).toMatch(/port 8101 on 127\.0\.0\.1 is also given to server b/);
+    expect(problems).toHaveLength(6);
+  });
+
+  it("suggests the closest kind, key and server name for a typo", () => {
+    const file = deploymentFile(
+      [
+        "servers:",
+        "  a:",
+        "    kind: Agent",
+        "    entrypoint: ./srv.ts",
+        "    prot: 8101",
+        "    config:",
+        "      model_server: modle",
+        "  model:",
+        "    kind: database",
+        "    entrypoint: ./srv.ts",
+      ].join("\n"),
+    );
+    const byLine = Object.fromEntries(problemsOf(file).map((p) => [p.line, p.message]));
+    expect(byLine[3]).toMatch(/bad kind "Agent" for server a \(did you mean 'agent'\?\)/);
+    expect(byLine[5]).toMatch(/unknown key 'prot' in server a \(did you mean 'port'\?\)/);
+    expect(byLine[7]).toMatch(/names server 'modle', .* \(did you mean 'model'\?\)/);
+    // Nothing is suggested for a word that is not a typo of a choice.
+    expect(byLine[9]).toMatch(/bad kind "database" for server model: use one of/);
+  });
+
   it("names the line of a dangling reference nested in config", () => {
     const file = deploymentFile(
       [

@@ -1,9 +1,17 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import type { Io } from "#sdk/cli/output.js";
 import { runCli } from "#sdk/cli/program.js";
+
+const SDK_DIR = fileURLToPath(new URL("../../../sdk/", import.meta.url));
+const SDK_VERSION = (
+  JSON.parse(readFileSync(path.join(SDK_DIR, "package.json"), "utf8")) as { version: string }
+).version;
+const COMPILED_MAIN = path.join(SDK_DIR, "dist", "cli", "main.js");
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-program-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -86,10 +94,18 @@ describe("gym --help and --version", () => {
     expect(out).toContain('choices: "continued", "all"');
   });
 
-  it("prints the version", async () => {
-    const { code, out } = await gym("--version");
-    expect(code).toBe(0);
-    expect(out.trim()).toMatch(/^\d+\.\d+\.\d+/);
+  it("prints the SDK package's version with --version and -V", async () => {
+    for (const flag of ["--version", "-V"]) {
+      const { code, out } = await gym(flag);
+      expect(code).toBe(0);
+      expect(out.trim()).toBe(SDK_VERSION);
+    }
+  });
+
+  // The version is read next to the running module, so the built CLI finds it too.
+  it.skipIf(!existsSync(COMPILED_MAIN))("prints the same version from the built CLI", () => {
+    const out = execFileSync(process.execPath, [COMPILED_MAIN, "--version"], { encoding: "utf8" });
+    expect(out.trim()).toBe(SDK_VERSION);
   });
 });
 

@@ -1,14 +1,24 @@
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, existsSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  existsSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CliError } from "#sdk/cli/output.js";
 import {
   chooseStateFile,
+  findStateFile,
   readLastPrepare,
   readState,
   removeFromState,
   requireState,
+  runStateFile,
   statePaths,
   writeLastPrepare,
   writeState,
@@ -64,6 +74,24 @@ describe("choosing the state file", () => {
     );
     expect(chooseStateFile({ deployment: "d/x.yaml", cwd: "/w" })).toBe("/w/d/.gym/run.json");
     expect(chooseStateFile({ cwd: "/w" })).toBe("/w/.gym/run.json");
+  });
+
+  it("without --state or --deployment, finds the nearest .gym/run.json at or above cwd", () => {
+    const root = path.join(temp, "tree");
+    const deep = path.join(root, "a", "b");
+    mkdirSync(deep, { recursive: true });
+    writeState(path.join(root, ".gym", "run.json"), runState([entry("counter", 101)]));
+    expect(findStateFile(deep)).toBe(path.join(root, ".gym", "run.json"));
+    expect(runStateFile({ cwd: deep, command: "gym" })).toBe(path.join(root, ".gym", "run.json"));
+    // A nearer run wins, as the nearest .git does.
+    writeState(path.join(root, "a", ".gym", "run.json"), runState([entry("echo", 102)]));
+    expect(runStateFile({ cwd: deep, command: "gym" })).toBe(
+      path.join(root, "a", ".gym", "run.json"),
+    );
+    // The flags still say exactly where to look.
+    expect(runStateFile({ state: "x.json", cwd: deep, command: "gym" })).toBe(
+      path.join(deep, "x.json"),
+    );
   });
 
   it("keeps every file of a run in the state file's directory", () => {

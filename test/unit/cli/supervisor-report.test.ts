@@ -73,4 +73,19 @@ describe("startFailureReport", () => {
       /--health-timeout 90s/,
     );
   });
+
+  it("names a port another process holds, and says to stop it or pick another", () => {
+    const busy = {
+      ...exited,
+      url: "http://127.0.0.1:8101",
+      lines: ["Error: listen EADDRINUSE: address already in use 127.0.0.1:8101"],
+    };
+    const report = startFailureReport([busy], 0, 30_000, "gym");
+    expect(report.message).toMatch(
+      /server broken failed to start: it exited with code 1 during startup: port 8101 is already in use by another process/,
+    );
+    expect(report.hint).toBe(
+      "stop the process holding port 8101 (server broken), or give the server another port in the deployment file (port: 0 picks a free one), then run `gym serve` again",
+    );
+  });
 });

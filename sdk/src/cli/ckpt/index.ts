@@ -21,7 +21,7 @@ import type { CommitScope } from "./scope.js";
 
 const CKPT_HELP = `
 Every verb but inspect reads the run's state file (--state FILE, or .gym/run.json next to
---deployment FILE, or ./.gym/run.json), discovers the participants and prints a table, or the
+--deployment FILE, or the nearest .gym/run.json here or in a directory above), discovers the participants and prints a table, or the
 replies as JSON with --json. --deadline bounds each step (default ${formatDuration(DEFAULT_DEADLINE_MS)}).
 
 commit's default scope (continued) sends episode_ids: null when the last prepare of that ID
@@ -54,7 +54,12 @@ function common(flags: CommonCkptFlags): CkptOptions & { deadlineMs: number } {
 function withCommon(command: Command): Command {
   return command
     .addOption(
-      sharedOption(new Option("--state <file>", "the run's state file (default: .gym/run.json)")),
+      sharedOption(
+        new Option(
+          "--state <file>",
+          "the run's state file (default: the nearest .gym/run.json here or above)",
+        ),
+      ),
     )
     .addOption(
       sharedOption(

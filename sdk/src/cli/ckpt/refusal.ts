@@ -6,7 +6,7 @@ import path from "node:path";
 import type { CoordinationError } from "../../client/coordination.js";
 import { CliError } from "../output.js";
 import type { StatePaths } from "../state-io.js";
-import type { RunState } from "../state-schema.js";
+import type { RunState, StateServer } from "../state-schema.js";
 import { table } from "../table.js";
 
 /** What to do about each remote code; `gym` is the command prefix ({@link commandOf}). */
@@ -49,6 +49,9 @@ function invalidStateHint(operation: string, details: readonly string[], gym: st
 interface RefusalContext {
   readonly state: RunState;
   readonly paths: StatePaths;
+  /** Servers whose process is gone, and what to do about them. */
+  readonly dead?: readonly StateServer[];
+  readonly restartHint?: string | null;
 }
 
 /** The logs to read about `names`: their files when the run is known. */
@@ -86,6 +89,11 @@ function refusalHint(
     return "the deployment's model server does not take part in checkpoints: serve it with checkpointing on (a PolicyModelServer), or look at its log";
   }
   const unreachable = names.filter((name) => codes[name] === undefined);
+  // A server that did not answer because its process is gone: say so, not "is it running?".
+  const gone = unreachable.filter((name) => context?.dead?.some((entry) => entry.name === name));
+  if (gone.length > 0 && context?.restartHint) {
+    return `${gone.join(", ")} ${gone.length === 1 ? "is" : "are"} not running (named above): ${context.restartHint}`;
+  }
   if (unreachable.length > 0) {
     const serve =
       context === null

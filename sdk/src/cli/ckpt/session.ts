@@ -6,9 +6,10 @@
 import { CoordinationError, discover, type Participants } from "../../client/coordination.js";
 import { ServerClient } from "../../client/server-client.js";
 import { CliError, commandOf, type Io } from "../output.js";
-import { requireState, runStateFile, statePaths } from "../state-file.js";
+import { openRun } from "../open-run.js";
+import { statePaths } from "../state-file.js";
 import type { StatePaths } from "../state-io.js";
-import type { RunState } from "../state-schema.js";
+import type { RunState, StateServer } from "../state-schema.js";
 import type { CkptOptions } from "./common.js";
 import { refusal } from "./refusal.js";
 
@@ -18,6 +19,10 @@ export interface Session {
   readonly paths: StatePaths;
   readonly participants: Participants;
   readonly client: ServerClient;
+  /** Servers the state file lists whose process is gone. */
+  readonly dead: readonly StateServer[];
+  /** What to do about {@link dead}, or null when every server runs. */
+  readonly restartHint: string | null;
 }
 
 /**
@@ -30,8 +35,7 @@ async function openSession(
   probeTimeoutMs?: number,
 ): Promise<Session> {
   const gym = commandOf(io);
-  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: gym });
-  const state = requireState(stateFile, gym);
+  const { stateFile, state, dead, restartHint } = openRun(options, io);
   const paths = statePaths(stateFile);
   const checkpoint = state.deployment.checkpoint;
   if (checkpoint?.enabled !== true || !checkpoint.control_auth_token) {
@@ -49,11 +53,16 @@ async function openSession(
       requireModel,
       ...(probeTimeoutMs === undefined ? {} : { probeTimeoutMs }),
     });
-    return { state, paths, participants, client };
+    return { state, paths, participants, client, dead, restartHint };
   } catch (error) {
     await client.close();
     if (error instanceof CoordinationError)
-      throw refusal(error, { state, paths }, "discovering the participants", gym);
+      throw refusal(
+        error,
+        { state, paths, dead, restartHint },
+        "discovering the participants",
+        gym,
+      );
     throw error;
   }
 }
