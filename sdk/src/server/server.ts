@@ -373,6 +373,7 @@ export class Server<Config = unknown> {
       title: `${this.name} (gym server)`,
       version: "1.0.0",
       controlRoutes: this.#controlRoutes,
+      checkpointing: this.checkpointSettings.enabled,
       routes: this.#allRoutes().map((route): RouteDoc => route),
       operations: {
         metricsPath: this.telemetrySettings.metrics ? this.telemetrySettings.metrics_path : null,
