@@ -81,7 +81,7 @@ export type { TelemetryOptions } from "./telemetry/setup.js";
 export { ATTR as TELEMETRY_ATTRIBUTES, METRIC as TELEMETRY_METRICS } from "./telemetry/names.js";
 export { dataRoute } from "./server/data-route.js";
 export type { DataRoute, RouteInput } from "./server/data-route.js";
-export type { RouteDoc } from "./wire/route-doc.js";
+export type { RouteDoc, RouteExamples } from "./wire/route-doc.js";
 export { rolloutOf } from "./server/rollout-prefix.js";
 export type { RolloutContext } from "./server/rollout-prefix.js";
 export { buildOpenApiDocument } from "./openapi/build-document.js";
@@ -132,15 +132,19 @@ export type {
   VerifyResult,
 } from "./server/resources-server.js";
 export {
+  ResourcesCloseSessionReplySchema,
   ResourcesCloseSessionRequestSchema,
+  ResourcesSeedSessionReplySchema,
   ResourcesSeedSessionRequestSchema,
+  VerifyReplySchema,
   VerifyRequestSchema,
 } from "./wire/resources.js";
-export type { ResourcesSeedSessionRequest } from "./wire/resources.js";
+export type { ResourcesSeedSessionRequest, VerifyReply } from "./wire/resources.js";
 export type { ResourcesSession } from "./server/resources/session-cookie.js";
 export { SessionStateServer } from "./server/resources/session-state-server.js";
-export type { StateToolInput } from "./server/resources/session-state-server.js";
+export type { StateTool, StateToolInput } from "./server/resources/session-state-server.js";
 export {
+  AggregateMetricsReplySchema,
   AggregateMetricsRequestSchema,
   aggregateMetrics,
 } from "./server/resources/aggregate-metrics.js";
@@ -168,7 +172,12 @@ export type {
   RunEpisodeInput,
   RunReply,
 } from "./server/environment-server.js";
-export { RunRequestSchema, TaskIdSchema } from "./wire/environment.js";
+export {
+  EpisodeFailureSchema,
+  RunReplySchema,
+  RunRequestSchema,
+  TaskIdSchema,
+} from "./wire/environment.js";
 export type { RunRequest, TaskId } from "./wire/environment.js";
 export type { EpisodeHandle } from "./participants/environment/environment-participant.js";
 export { isRestartReply, verifyModeOf } from "./participants/environment/checkpoint-headers.js";
@@ -203,6 +212,7 @@ export {
   DirectHttpToolAccessSchema,
   McpToolAccessSchema,
   ResponsesCreateRequestSchema,
+  ResponsesReplySchema,
   ToolAccessSchema,
   parseActivationIndex,
 } from "./wire/agent.js";

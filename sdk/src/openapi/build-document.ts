@@ -58,6 +58,11 @@ export interface OpenApiOptions {
    * `GET <metricsPath>` unless it is null). @default not documented
    */
   operations?: { readonly metricsPath: string | null };
+  /**
+   * Whether the server runs with checkpointing on: the un-prefixed copy of a route marked
+   * `rolloutRequired` then answers 400, and is documented as deprecated. @default false
+   */
+  checkpointing?: boolean;
 }
 
 /** The tag of the operational routes (health, readiness, metrics). */
@@ -132,12 +137,17 @@ const ROLLOUT_SEGMENT = "ng-rollout";
  *   a body answers 422 `invalid_request`; the route's own codes are grouped by their status in
  *   {@link ERROR_CATALOGUE}.
  * - A data route's `:param` becomes `{param}`; with `rolloutPrefixed` it is also documented
- *   under `/ng-rollout/{capture_key}/`.
+ *   under `/ng-rollout/{capture_key}/`. With `checkpointing` and `rolloutRequired`, the
+ *   un-prefixed copy is `deprecated`: it is still served (and answers 400
+ *   `rollout_id_required`), so it stays in the document, and its description names the
+ *   prefixed path to call instead.
+ * - A route's `examples` become the `example` of its request body and 200 reply.
  * - The output is deterministic: same options, same JSON, byte for byte.
  *
  * ## Error behavior
  * Throws {@link OpenApiDocumentError} naming the route when a route cannot be documented (an
- * unsupported path, a duplicate route or operationId, a schema zod-to-openapi cannot render).
+ * unsupported path, a duplicate route or operationId, a schema zod-to-openapi cannot render, an
+ * example its schema refuses, `rolloutRequired` without `rolloutPrefixed`).
  *
  * @example
  * const doc = buildOpenApiDocument({ title: "gym", version: "0.1.0", controlRoutes: true });
@@ -147,7 +157,10 @@ export function buildOpenApiDocument(options: OpenApiOptions): OpenAPIObject {
   const entries: RouteEntry[] = [];
   if (options.operations !== undefined) entries.push(...operationRoutes(options.operations));
   if (options.controlRoutes) entries.push(...CONTROL_ROUTES.map(controlRouteConfig));
-  for (const route of options.routes ?? []) entries.push(...dataRouteConfigs(route));
+  const checkpointing = options.checkpointing ?? false;
+  for (const route of options.routes ?? []) {
+    entries.push(...dataRouteConfigs(route, checkpointing));
+  }
   checkUnique(entries);
   checkSchemaIds(entries);
 
@@ -424,9 +437,16 @@ function controlRouteConfig(route: ControlRoute): RouteEntry {
   return { label, config, schemas: route.request === null ? [route.reply] : [route.request, route.reply] };
 }
 
-function dataRouteConfigs(route: RouteDoc): RouteEntry[] {
+function dataRouteConfigs(route: RouteDoc, checkpointing: boolean): RouteEntry[] {
   const label = `${route.method.toUpperCase()} ${route.path}`;
   const { openApiPath, params } = convertPath(route.path, label);
+  if (route.rolloutRequired === true && route.rolloutPrefixed !== true) {
+    throw new OpenApiDocumentError(label, "`rolloutRequired` needs `rolloutPrefixed`");
+  }
+  checkExamples(route, label);
+  const prefixedPath = `/${ROLLOUT_SEGMENT}/{capture_key}${openApiPath}`;
+  // Served, but refused while checkpointing is on: documented, and marked so nobody calls it.
+  const refusedUnprefixed = checkpointing && route.rolloutRequired === true;
   const hasBody = route.request !== undefined && route.request !== null;
   const codes = errorCodes(hasBody, route.errors ?? []);
   const operationId = `${route.method}${operationName(route.path)}`;
@@ -444,15 +464,22 @@ function dataRouteConfigs(route: RouteDoc): RouteEntry[] {
         "200": {
           description: route.summary,
           // Absent reply schema: any JSON (the empty schema).
-          content: { "application/json": { schema: route.reply ?? {} } },
+          content: withExample(route.reply ?? {}, route.examples?.reply),
         },
         ...errorResponses(codes),
       },
     };
+    if (!prefixed && refusedUnprefixed) {
+      config.deprecated = true;
+      config.description =
+        `${config.description ?? ""}\n\n**Refused while checkpointing is on**: this un-prefixed ` +
+        `path answers 400 \`rollout_id_required\`. Call \`${route.method.toUpperCase()} ` +
+        `${prefixedPath}\` instead.`;
+    }
     const request: NonNullable<RouteConfig["request"]> = {};
     if (pathParams.length > 0) request.params = paramsSchema(pathParams);
     if (route.request !== undefined && route.request !== null) {
-      request.body = { required: true, content: json(route.request) };
+      request.body = { required: true, content: withExample(route.request, route.examples?.request) };
     }
     if (request.params !== undefined || request.body !== undefined) config.request = request;
     return config;
@@ -461,7 +488,6 @@ function dataRouteConfigs(route: RouteDoc): RouteEntry[] {
   const schemas = [route.request, route.reply].filter((schema) => schema !== undefined && schema !== null);
   const entries: RouteEntry[] = [{ label, config: config(openApiPath, false), schemas }];
   if (route.rolloutPrefixed === true) {
-    const prefixedPath = `/${ROLLOUT_SEGMENT}/{capture_key}${openApiPath}`;
     entries.push({
       label: `${route.method.toUpperCase()} /${ROLLOUT_SEGMENT}/:capture_key${route.path}`,
       config: config(prefixedPath, true),
@@ -543,6 +569,43 @@ function pascal(text: string): string {
 
 function json(schema: z.ZodType): ZodContentObject {
   return { "application/json": { schema } };
+}
+
+/** `application/json` content, with its `example` when there is one. */
+function withExample(schema: z.ZodType | object, example: unknown): ZodContentObject {
+  return { "application/json": example === undefined ? { schema } : { schema, example } };
+}
+
+/**
+ * Every example a route shows (its `examples`, and a request or reply schema's own
+ * `.meta({ example })`) must parse with its schema: a stale example misleads whoever copies it.
+ */
+function checkExamples(route: RouteDoc, label: string): void {
+  const check = (what: string, schema: z.ZodType | null | undefined, example: unknown): void => {
+    if (example === undefined || schema === undefined || schema === null) return;
+    const parsed = schema.safeParse(example);
+    if (!parsed.success) {
+      throw new OpenApiDocumentError(
+        label,
+        `its ${what} example does not match its schema: ${z.prettifyError(parsed.error)}`,
+      );
+    }
+  };
+  if (route.examples?.request !== undefined && (route.request ?? null) === null) {
+    throw new OpenApiDocumentError(label, "a request example needs a request schema");
+  }
+  if (route.examples?.reply !== undefined && route.reply === undefined) {
+    throw new OpenApiDocumentError(label, "a reply example needs a reply schema");
+  }
+  check("request", route.request, route.examples?.request);
+  check("reply", route.reply, route.examples?.reply);
+  check("request schema's", route.request, metaExample(route.request));
+  check("reply schema's", route.reply, metaExample(route.reply));
+}
+
+function metaExample(schema: z.ZodType | null | undefined): unknown {
+  if (schema === undefined || schema === null) return undefined;
+  return (schema.meta() as { example?: unknown } | undefined)?.example;
 }
 
 /** The codes a route answers with, de-duplicated, `invalid_request` added when it has a body. */

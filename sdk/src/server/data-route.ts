@@ -37,6 +37,8 @@ export interface RouteInput<Body> {
  *   path: "/echo",
  *   summary: "Echo a message",
  *   request: z.strictObject({ message: z.string() }),
+ *   reply: z.strictObject({ message: z.string() }),
+ *   examples: { request: { message: "hello" }, reply: { message: "hello" } },
  *   handler: ({ body }) => ({ message: body.message }),
  * });
  */
@@ -48,6 +50,15 @@ export interface DataRoute<
   readonly request?: Schema;
   /** The schema of a 200 reply: documents it and types what the handler returns. */
   readonly reply?: z.ZodType<Reply>;
+  /**
+   * Example bodies for Swagger UI, typed by the schemas: `request` as a client sends it,
+   * `reply` as the handler returns it. Checked against the schemas when the document is built.
+   * @default none
+   */
+  readonly examples?: {
+    readonly request?: NoInfer<Schema extends z.ZodType ? z.input<Schema> : never>;
+    readonly reply?: NoInfer<Reply>;
+  };
   /**
    * Middleware run before the body is read, e.g. a bearer check: a refused caller learns
    * nothing about the body's shape and costs no body parse. @default none
@@ -75,4 +86,12 @@ export function dataRoute<Schema extends z.ZodType | null = null, Reply = unknow
   route: DataRoute<Schema, Reply>,
 ): DataRoute<Schema, Reply> {
   return route;
+}
+
+/**
+ * A reply schema for a route whose handler returns `unknown` (an overridable hook's result): it
+ * documents the reply without typing the handler. @internal
+ */
+export function documentedReply(schema: z.ZodType): z.ZodType<unknown> {
+  return schema;
 }

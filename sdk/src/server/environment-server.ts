@@ -25,8 +25,13 @@ import { deferred } from "../util/deferred.js";
 import { fireAt } from "../util/deadline.js";
 import { Semaphore } from "../util/semaphore.js";
 import type { JsonValue } from "../json/json-value.js";
-import { RunRequestSchema, type RunRequest, type TaskId } from "../wire/environment.js";
-import { dataRoute, type DataRoute } from "./data-route.js";
+import {
+  RunReplySchema,
+  RunRequestSchema,
+  type RunRequest,
+  type TaskId,
+} from "../wire/environment.js";
+import { dataRoute, documentedReply, type DataRoute } from "./data-route.js";
 import { Server, type ServerOptions } from "./server.js";
 
 /** The longest timeout a setting takes (a Node timer's range, about 24.8 days), in seconds. */
@@ -204,6 +209,8 @@ export abstract class EnvironmentServer<
           "Failures of the agent or resources server are episode failures (200), not 502s. " +
           "A body naming no episode, or a malformed one, is 422.",
         request: this.runRequestSchema(),
+        // Documents the reply; `RunReply` types it (its episode ID is not branded).
+        reply: documentedReply(RunReplySchema),
         errors: ["admission_closed", "stale_attempt", "checkpoint_error"],
         handler: async ({ body, signal, res }) => {
           const reply = await this.#run(body, signal);

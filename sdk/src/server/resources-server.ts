@@ -18,12 +18,17 @@ import {
 } from "../participants/resources/resources-participant.js";
 import type { JsonValue } from "../json/json-value.js";
 import {
+  AnySeedRequestSchema,
+  ResourcesCloseSessionReplySchema,
   ResourcesCloseSessionRequestSchema,
+  ResourcesSeedSessionReplySchema,
   ResourcesSeedSessionRequestSchema,
+  VerifyReplySchema,
   VerifyRequestSchema,
 } from "../wire/resources.js";
-import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
+import { dataRoute, documentedReply, type DataRoute, type RouteInput } from "./data-route.js";
 import {
+  AggregateMetricsReplySchema,
   AggregateMetricsRequestSchema,
   aggregateMetrics,
   type AggregateMetricsRequest,
@@ -208,10 +213,14 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
 
   /** The body schema of `/seed_session`. @default any JSON value */
   protected seedRequestSchema(): z.ZodType {
-    return z.unknown();
+    return AnySeedRequestSchema;
   }
 
-  /** The body schema of `/verify`. @default any JSON object */
+  /**
+   * The body schema of `/verify`: narrow it to the fields your verifier reads, so a request
+   * missing one is refused with 422 naming it. Its `.meta({ example })` shows in Swagger UI.
+   * @default any JSON object
+   */
   protected verifyRequestSchema(): z.ZodType<Record<string, unknown>> {
     return VerifyRequestSchema;
   }
@@ -303,8 +312,10 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
         path: SEED_SESSION_PATH,
         summary: "Start a session",
         request: this.seedRequestSchema(),
+        reply: documentedReply(ResourcesSeedSessionReplySchema),
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
+        rolloutRequired: true,
         handler: (input) => this.seedSession(withSession(input)),
       }),
       dataRoute({
@@ -312,8 +323,10 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
         path: VERIFY_PATH,
         summary: "Verify a session's episode",
         request: this.verifyRequestSchema(),
+        reply: VerifyReplySchema,
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
+        rolloutRequired: true,
         handler: async (input) => {
           const result = await this.verify(withSession(input));
           return {
@@ -330,8 +343,10 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
         path: CLOSE_SESSION_PATH,
         summary: "Close a session and free its state",
         request: ResourcesCloseSessionRequestSchema,
+        reply: documentedReply(ResourcesCloseSessionReplySchema),
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
+        rolloutRequired: true,
         handler: (input) => this.closeSession(withSession(input)),
       }),
       dataRoute({
@@ -339,15 +354,23 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
         path: AGGREGATE_METRICS_PATH,
         summary: "Aggregate verify responses (statistics per task and overall)",
         request: AggregateMetricsRequestSchema,
+        reply: documentedReply(AggregateMetricsReplySchema),
         // Metrics of many rollouts at once: no episode, no session.
         rolloutPrefixed: false,
         handler: ({ body }) => this.aggregateMetrics(body),
       }),
       // A tool is called under the episode's `/ng-rollout/<capture key>/` prefix (a restored
-      // session needs it): documented there too, unless the tool says otherwise.
-      ...this.tools().map((tool) =>
-        tool.rolloutPrefixed === undefined ? { ...tool, rolloutPrefixed: true } : tool,
-      ),
+      // session needs it): documented there too, unless the tool says otherwise. A tool that
+      // starts a session is refused without the prefix, as `/seed_session` is.
+      ...this.tools().map((tool) => {
+        const prefixed = tool.rolloutPrefixed ?? true;
+        return {
+          ...tool,
+          rolloutPrefixed: prefixed,
+          rolloutRequired:
+            tool.rolloutRequired ?? (prefixed && this.#sessionStarts.includes(tool.path)),
+        };
+      }),
     ];
   }
 }

@@ -386,6 +386,7 @@ export class Server<Config = unknown> {
       title: `${this.name} (gym server)`,
       ...this.apiInfo(),
       controlRoutes: this.#controlRoutes,
+      checkpointing: this.checkpointSettings.enabled,
       routes: this.#allRoutes().map((route): RouteDoc => route),
       operations: {
         metricsPath: this.telemetrySettings.metrics ? this.telemetrySettings.metrics_path : null,

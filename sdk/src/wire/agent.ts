@@ -76,21 +76,31 @@ export const AgentSeedRequestSchema = z
       }),
     sandbox_access: z.record(z.string(), z.unknown()).nullable().default(null),
   })
-  .meta({ id: "AgentSeedRequest" });
+  .meta({
+    id: "AgentSeedRequest",
+    example: {
+      agent_session_id: "s1",
+      episode_id: { rollout_id: "task-3", attempt: 0 },
+      task_id: { taskset: "demo", task_id: "3" },
+    },
+  });
 /** A session seed request. */
 export type AgentSeedRequest = z.infer<typeof AgentSeedRequestSchema>;
 
 /** The seed reply. */
 export const AgentSeedReplySchema = z
   .strictObject({ agent_session_id: z.string() })
-  .meta({ id: "AgentSeedReply" });
+  .meta({ id: "AgentSeedReply", example: { agent_session_id: "s1" } });
 /** The seed reply. */
 export type AgentSeedReply = z.infer<typeof AgentSeedReplySchema>;
 
 /** `POST /v1/agent_sessions/close`: close a session. */
 export const AgentCloseRequestSchema = z
   .strictObject({ agent_session_id: z.string().min(1), episode_id: EpisodeIdSchema })
-  .meta({ id: "AgentCloseRequest" });
+  .meta({
+    id: "AgentCloseRequest",
+    example: { agent_session_id: "s1", episode_id: { rollout_id: "task-3", attempt: 0 } },
+  });
 /** A close request. */
 export type AgentCloseRequest = z.infer<typeof AgentCloseRequestSchema>;
 
@@ -101,7 +111,10 @@ export const AgentCloseReplySchema = z
     agent_observations: z.unknown().nullable(),
     resources_cookies: z.record(z.string(), z.string()).nullable(),
   })
-  .meta({ id: "AgentCloseReply" });
+  .meta({
+    id: "AgentCloseReply",
+    example: { agent_session_id: "s1", agent_observations: null, resources_cookies: null },
+  });
 /** A close receipt. */
 export interface AgentCloseReply {
   readonly agent_session_id: string;
@@ -116,9 +129,30 @@ export const ResponsesCreateRequestSchema = z
     model: z.string().optional(),
     tools: z.array(z.unknown()).optional(),
   })
-  .meta({ id: "ResponsesCreateRequest" });
+  .meta({ id: "ResponsesCreateRequest", example: { input: "What is 6 times 7?" } });
 /** A Responses create request. */
 export type ResponsesCreateRequest = z.infer<typeof ResponsesCreateRequestSchema>;
+
+/**
+ * The `/v1/responses` reply: a Responses-style object (`object`, `status`, `output`, ...), as
+ * the agent's `respond` built it (an agent may add fields).
+ */
+export const ResponsesReplySchema = z
+  .looseObject({
+    object: z.string().optional(),
+    status: z.string().optional(),
+    output: z.array(z.unknown()).optional(),
+  })
+  .meta({
+    id: "ResponsesReply",
+    example: {
+      object: "response",
+      status: "completed",
+      output: [
+        { type: "message", role: "assistant", content: [{ type: "output_text", text: "42" }] },
+      ],
+    },
+  });
 
 /** The legacy `/run` body: `responses_create_params` plus any fields the verifier reads. */
 export const AgentRunRequestSchema = z

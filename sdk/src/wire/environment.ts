@@ -29,3 +29,31 @@ export const RunRequestSchema = z
   .meta({ id: "RunRequest" });
 /** A `/run` request. */
 export type RunRequest = z.infer<typeof RunRequestSchema>;
+
+/** Why an episode failed, as the `/run` reply carries it (servers may add fields). */
+export const EpisodeFailureSchema = z
+  .looseObject({
+    failure_reason: z.string(),
+    terminal: z.boolean().meta({ description: "True: the collector must not retry this rollout." }),
+    failure_kind: z.string().optional(),
+    stage: z.enum(["admission", "seed", "agent", "verification", "cleanup"]).optional(),
+  })
+  .meta({ id: "EpisodeFailure" });
+
+/** The `/run` reply: the attempt that ran, its task, and exactly one of a result or a failure. */
+export const RunReplySchema = z
+  .strictObject({
+    episode_id: EpisodeIdSchema,
+    task_id: TaskIdSchema,
+    result: z.unknown().meta({ description: "What the episode returned; null on a failure." }),
+    failure: EpisodeFailureSchema.nullable(),
+  })
+  .meta({
+    id: "RunReply",
+    example: {
+      episode_id: { rollout_id: "task-3", attempt: 0 },
+      task_id: { taskset: "demo", task_id: "3" },
+      result: { reward: 1 },
+      failure: null,
+    },
+  });

@@ -7,6 +7,25 @@
 import { z } from "zod";
 import { EpisodeIdSchema } from "../identity/episode-id.js";
 
+/** A native seed, as the examples of the seed schemas show it. */
+function nativeSeedExample() {
+  return {
+    resources_session_id: "s1",
+    episode_id: { rollout_id: "task-3", attempt: 0 },
+    task_id: { taskset: "demo", task_id: "3" },
+    task_data: {},
+  };
+}
+
+/**
+ * The default `/seed_session` body: any JSON value (a server narrows it with
+ * `ResourcesServer.seedRequestSchema()`); the example is a native seed.
+ */
+export const AnySeedRequestSchema = z.unknown().meta({
+  description: "Any JSON value; a native seed is a `ResourcesSeedSessionRequest`.",
+  example: nativeSeedExample(),
+});
+
 /** The native `/seed_session` body. */
 export const ResourcesSeedSessionRequestSchema = z
   .strictObject({
@@ -15,7 +34,7 @@ export const ResourcesSeedSessionRequestSchema = z
     task_id: z.strictObject({ taskset: z.string().min(1), task_id: z.string().min(1) }),
     task_data: z.record(z.string(), z.unknown()),
   })
-  .meta({ id: "ResourcesSeedSessionRequest" });
+  .meta({ id: "ResourcesSeedSessionRequest", example: nativeSeedExample() });
 /** The native `/seed_session` body. */
 export type ResourcesSeedSessionRequest = z.infer<typeof ResourcesSeedSessionRequestSchema>;
 
@@ -25,7 +44,42 @@ export const ResourcesCloseSessionRequestSchema = z
     resources_session_id: z.string().optional(),
     episode_id: EpisodeIdSchema.optional(),
   })
-  .meta({ id: "ResourcesCloseSessionRequest" });
+  .meta({ id: "ResourcesCloseSessionRequest", example: { resources_session_id: "s1" } });
 
 /** The base `/verify` body: any JSON object; servers narrow it with `ResourcesServer.verifyRequestSchema()`. */
 export const VerifyRequestSchema = z.looseObject({}).meta({ id: "VerifyRequest" });
+
+/**
+ * The `/seed_session` reply: a native seed is answered with its session's ID (and the tools and
+ * sandbox it set up, when any); a legacy seed with `{}`. Servers may add fields.
+ */
+export const ResourcesSeedSessionReplySchema = z
+  .looseObject({
+    resources_session_id: z.string().optional(),
+    resources_tools: z.unknown().optional(),
+    sandbox_access: z.unknown().optional(),
+  })
+  .meta({ id: "ResourcesSeedSessionReply", example: { resources_session_id: "s1" } });
+
+/** The `/close_session` reply: the closed session's ID (null when the body named none). */
+export const ResourcesCloseSessionReplySchema = z
+  .looseObject({ resources_session_id: z.string().nullable().optional() })
+  .meta({ id: "ResourcesCloseSessionReply", example: { resources_session_id: "s1" } });
+
+/**
+ * The `/verify` reply: the request's fields, then the verifier's reward and its defaults
+ * (`mask_sample` false, `failure_kind` and `failure_reason` null).
+ */
+export const VerifyReplySchema = z
+  .looseObject({
+    reward: z.number(),
+    mask_sample: z.boolean(),
+    failure_kind: z.string().nullable(),
+    failure_reason: z.string().nullable(),
+  })
+  .meta({
+    id: "VerifyReply",
+    example: { reward: 1, mask_sample: false, failure_kind: null, failure_reason: null },
+  });
+/** A `/verify` reply. */
+export type VerifyReply = z.infer<typeof VerifyReplySchema>;

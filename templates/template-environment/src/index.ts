@@ -8,6 +8,8 @@
 import { z } from "zod";
 import {
   EnvironmentServer,
+  RunRequestSchema,
+  TaskIdSchema,
   isMainModule,
   serveMain,
   type EpisodeOutcome,
@@ -18,6 +20,25 @@ import {
 const TaskInputSchema = z.strictObject({
   documents: z.array(z.string()),
   expected_words: z.int().min(0),
+});
+
+/**
+ * `/run`'s body with this environment's task: a malformed task is refused with 422 naming the
+ * field (`task.task_input.documents`, say) before an episode is admitted.
+ */
+const WordCountRunSchema = RunRequestSchema.extend({
+  task: z.strictObject({ task_id: TaskIdSchema, task_input: TaskInputSchema }),
+}).meta({
+  example: {
+    episode_id: { rollout_id: "task-3", attempt: 0 },
+    task: {
+      task_id: { taskset: "demo", task_id: "3" },
+      task_input: {
+        documents: ["the quick brown fox", "jumps over the lazy dog"],
+        expected_words: 9,
+      },
+    },
+  },
 });
 
 /**
@@ -35,16 +56,17 @@ type Boundary = z.infer<typeof BoundarySchema>;
 export default class WordCountEnvironment extends EnvironmentServer {
   static override checkpointBoundaries = true;
 
+  protected override runRequestSchema() {
+    return WordCountRunSchema;
+  }
+
   protected override async runEpisode({
     body,
     steps,
     onCleanup,
   }: RunEpisodeInput): Promise<EpisodeOutcome> {
-    const task = TaskInputSchema.safeParse(body.task.task_input);
-    if (!task.success) {
-      return { failure: { failure_reason: z.prettifyError(task.error), terminal: true } };
-    }
-    const { documents, expected_words } = task.data;
+    // Validated by runRequestSchema() before the episode began; parsed again for its type.
+    const { documents, expected_words } = TaskInputSchema.parse(body.task.task_input);
     // Final cleanup (last in, first out) runs before /run replies: close sessions here.
     onCleanup(() => this.logger.debug({ episode: steps.captureKey }, "episode cleaned up"));
     // A restored attempt continues from its boundary; a new one starts at the first stage.

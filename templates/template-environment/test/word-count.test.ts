@@ -52,9 +52,17 @@ describe("WordCountEnvironment", () => {
     expect(reply.body).toMatchObject({ episode_id: { rollout_id: "ep1", attempt: 4 } });
   });
 
-  it("fails an episode whose task is malformed, for good", async () => {
+  it("refuses a malformed task with 422 naming the field, before any episode runs", async () => {
     const reply = await (await start()).request("/run", run({ documents: "not a list" }));
-    expect(reply.body).toMatchObject({ result: null, failure: { terminal: true } });
+    expect(reply.status).toBe(422);
+    expect(reply.body).toMatchObject({
+      error: {
+        code: "invalid_request",
+        issues: expect.arrayContaining([
+          expect.objectContaining({ path: ["task", "task_input", "documents"] }),
+        ]),
+      },
+    });
   });
 
   it("counts words", () => {

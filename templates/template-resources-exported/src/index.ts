@@ -8,6 +8,22 @@ import { z } from "zod";
 import { SessionStateServer, isMainModule, serveMain } from "gym-participant-sdk";
 import type { SessionRouteInput } from "gym-participant-sdk";
 
+/** `/add`'s body: what to add. A body without a numeric `amount` is refused with 422 naming it. */
+const AddRequestSchema = z.strictObject({
+  amount: z.number().meta({ description: "What to add to this session's total" }),
+});
+
+/** `/add`'s reply: the session's total after the call (null for a session nobody seeded). */
+const TotalReplySchema = z.strictObject({ total: z.number().nullable() });
+
+/**
+ * `/verify`'s body: the fields the verifier reads (the environment sends more, kept as they
+ * are). The SDK answers with these fields plus `reward` and its defaults.
+ */
+const VerifyRequestSchema = z
+  .looseObject({ target: z.number().meta({ description: "The total that earns a reward" }) })
+  .meta({ example: { target: 5 } });
+
 export default class TallyServer extends SessionStateServer<number> {
   static override checkpointVerify = "wait" as const;
   /** One session's state: its total. Restored states are checked against it first. */
@@ -18,14 +34,24 @@ export default class TallyServer extends SessionStateServer<number> {
   }
 
   protected override tools() {
-    const add = z.strictObject({ amount: z.number() });
     return [
       // `/add {"amount": n}` adds to the calling session's total (none for an unseeded session).
-      this.stateTool("/add", "Add an amount to this session's total", add, (call) => {
-        if (call.state !== undefined) call.setState(call.state + call.body.amount);
-        return { total: this.states.get(call.session.id) ?? null };
+      this.stateTool({
+        path: "/add",
+        summary: "Add an amount to this session's total",
+        request: AddRequestSchema,
+        reply: TotalReplySchema,
+        examples: { request: { amount: 2 }, reply: { total: 2 } },
+        handler: (call) => {
+          if (call.state !== undefined) call.setState(call.state + call.body.amount);
+          return { total: this.states.get(call.session.id) ?? null };
+        },
       }),
     ];
+  }
+
+  protected override verifyRequestSchema() {
+    return VerifyRequestSchema;
   }
 
   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {

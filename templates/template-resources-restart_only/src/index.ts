@@ -15,13 +15,31 @@ import {
   type SessionRouteInput,
 } from "gym-participant-sdk";
 
+/** `/add`'s body: what to add. A body without a numeric `amount` is refused with 422 naming it. */
+const AddRequestSchema = z.strictObject({
+  amount: z.number().meta({ description: "What to add to this session's total" }),
+});
+
+/** `/add`'s reply: the session's total after the call (null for a session nobody seeded). */
+const TotalReplySchema = z.strictObject({ total: z.number().nullable() });
+
+/**
+ * `/verify`'s body: the fields the verifier reads (the environment sends more, kept as they
+ * are). The SDK answers with these fields plus `reward` and its defaults.
+ */
+const VerifyRequestSchema = z
+  .looseObject({ target: z.number().meta({ description: "The total that earns a reward" }) })
+  .meta({ example: { target: 5 } });
+
 /** The tool: `/add {"amount": n}` adds to the calling session's total. */
 function addTool(totals: Map<string, number>) {
   return dataRoute({
     method: "post",
     path: "/add",
     summary: "Add an amount to this session's total",
-    request: z.strictObject({ amount: z.number() }),
+    request: AddRequestSchema,
+    reply: TotalReplySchema,
+    examples: { request: { amount: 2 }, reply: { total: 2 } },
     handler: (input) => {
       const id = resourcesSession(input).id;
       const total = totals.get(id);
@@ -44,6 +62,10 @@ export default class TallyServer extends ResourcesServer {
 
   protected override tools() {
     return [addTool(this.totals)];
+  }
+
+  protected override verifyRequestSchema() {
+    return VerifyRequestSchema;
   }
 
   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {

@@ -55,4 +55,15 @@ describe("TallyServer", () => {
     await tally.retire(["ep1"]);
     expect(tally.server.totals.size).toBe(0);
   });
+
+  it("refuses a malformed body with 422 naming the field", async () => {
+    const server = await start();
+    const bad = await server.request("/add", { amount: "two" }, ep1);
+    expect(bad.status).toBe(422);
+    expect(bad.body).toMatchObject({
+      error: { code: "invalid_request", issues: [expect.objectContaining({ path: ["amount"] })] },
+    });
+    const verify = await server.request("/verify", {}, ep1);
+    expect(verify.status).toBe(422);
+  });
 });

@@ -7,6 +7,7 @@
 import { z } from "zod";
 import {
   ResourcesServer,
+  ResponsesReplySchema,
   dataRoute,
   isMainModule,
   serveMain,
@@ -25,6 +26,36 @@ export function outputText(response: unknown): string {
     .join("");
 }
 
+/** `/multiply`'s body. A missing or non-numeric factor is refused with 422 naming it. */
+const MultiplyRequestSchema = z.strictObject({ a: z.number(), b: z.number() });
+
+/** `/multiply`'s reply. */
+const ProductReplySchema = z.strictObject({ product: z.number() });
+
+/**
+ * `/verify`'s body: the fields the verifier reads (the environment sends more, kept as they
+ * are): the model's final Responses-style reply and the answer it should hold.
+ */
+const VerifyRequestSchema = z
+  .looseObject({
+    response: ResponsesReplySchema,
+    expected_answer: z.union([z.string(), z.number()]),
+  })
+  .meta({
+    example: {
+      response: {
+        output: [
+          {
+            type: "message",
+            role: "assistant",
+            content: [{ type: "output_text", text: "6 times 7 is 42" }],
+          },
+        ],
+      },
+      expected_answer: 42,
+    },
+  });
+
 export default class MultiplierServer extends ResourcesServer {
   static override checkpointMode = "stateless" as const;
   static override checkpointVerify = "wait" as const;
@@ -35,10 +66,16 @@ export default class MultiplierServer extends ResourcesServer {
         method: "post",
         path: "/multiply",
         summary: "Multiply two numbers",
-        request: z.strictObject({ a: z.number(), b: z.number() }),
+        request: MultiplyRequestSchema,
+        reply: ProductReplySchema,
+        examples: { request: { a: 6, b: 7 }, reply: { product: 42 } },
         handler: ({ body }) => ({ product: body.a * body.b }),
       }),
     ];
+  }
+
+  protected override verifyRequestSchema() {
+    return VerifyRequestSchema;
   }
 
   /** Rewards a final answer that contains the task's `expected_answer`. */

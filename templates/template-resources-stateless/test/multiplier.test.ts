@@ -74,4 +74,15 @@ describe("MultiplierServer", () => {
     const seeded = await (await start()).request("/seed_session", SEED, ep1);
     expect(seeded.headers.get("x-ng-checkpoint-verify")).toBe(MultiplierServer.checkpointVerify);
   });
+
+  it("refuses a malformed body with 422 naming the field", async () => {
+    const server = await start();
+    const bad = await server.request("/multiply", { a: 6 }, ep1);
+    expect(bad.status).toBe(422);
+    expect(bad.body).toMatchObject({
+      error: { code: "invalid_request", issues: [expect.objectContaining({ path: ["b"] })] },
+    });
+    const verify = await server.request("/verify", {}, ep1);
+    expect(verify.status).toBe(422);
+  });
 });

@@ -307,3 +307,59 @@ describe("buildOpenApiDocument: data routes", () => {
     ).toThrow(/GET \/health: the route is documented twice/);
   });
 });
+
+describe("buildOpenApiDocument: examples and routes refused without the rollout prefix", () => {
+  const body = z.strictObject({ amount: z.number() });
+  const reply = z.strictObject({ total: z.number() });
+  const verify: RouteDoc = {
+    method: "post",
+    path: "/verify",
+    summary: "Verify",
+    request: body,
+    reply,
+    rolloutPrefixed: true,
+    rolloutRequired: true,
+    examples: { request: { amount: 2 }, reply: { total: 2 } },
+  };
+  const doc = (checkpointing: boolean, routes: RouteDoc[] = [verify]) =>
+    buildOpenApiDocument({ ...CONTROL, controlRoutes: checkpointing, checkpointing, routes });
+
+  it("shows a route's examples on its request body and 200 reply", async () => {
+    const document = doc(true);
+    await expectValid(document);
+    const post = operation(document, "/verify", "post");
+    const json = (holder: unknown) =>
+      (holder as { content: Record<string, { example?: unknown }> }).content["application/json"];
+    expect(json(post.requestBody)?.example).toEqual({ amount: 2 });
+    expect(json(post.responses?.["200"])?.example).toEqual({ total: 2 });
+  });
+
+  it("marks the un-prefixed copy deprecated with checkpointing on, naming the path to call", () => {
+    const post = operation(doc(true), "/verify", "post");
+    expect(post.deprecated).toBe(true);
+    expect(post.description).toContain("answers 400 `rollout_id_required`");
+    expect(post.description).toContain("`POST /ng-rollout/{capture_key}/verify`");
+    expect(operation(doc(true), "/ng-rollout/{capture_key}/verify", "post").deprecated).toBe(
+      undefined,
+    );
+  });
+
+  it("leaves every copy usable with checkpointing off", () => {
+    expect(operation(doc(false), "/verify", "post").deprecated).toBeUndefined();
+  });
+
+  it("refuses an example its schema refuses, naming the route", () => {
+    const stale = { ...verify, examples: { request: { amount: "2" } } };
+    expect(() => doc(false, [stale])).toThrow(
+      /POST \/verify: its request example does not match its schema/,
+    );
+    const metaStale = { ...verify, examples: {}, reply: reply.meta({ example: { total: "2" } }) };
+    expect(() => doc(false, [metaStale])).toThrow(/its reply schema's example does not match/);
+  });
+
+  it("refuses rolloutRequired on a route not served under the prefix", () => {
+    expect(() => doc(false, [{ ...verify, rolloutPrefixed: false }])).toThrow(
+      /`rolloutRequired` needs `rolloutPrefixed`/,
+    );
+  });
+});

@@ -11,6 +11,7 @@ import {
   AgentSeedReplySchema,
   AgentSeedRequestSchema,
   ResponsesCreateRequestSchema,
+  ResponsesReplySchema,
   type AgentCloseReply,
   type AgentCloseRequest,
   type AgentRunRequest,
@@ -18,7 +19,7 @@ import {
   type AgentSeedRequest,
   type ResponsesCreateRequest,
 } from "../../wire/agent.js";
-import { dataRoute, type DataRoute, type RouteInput } from "../data-route.js";
+import { dataRoute, documentedReply, type DataRoute, type RouteInput } from "../data-route.js";
 
 /** The handlers behind an agent's routes; a null optional handler leaves its route out. */
 export interface AgentRouteHandlers {
@@ -60,6 +61,7 @@ export function agentRoutes(handlers: AgentRouteHandlers): DataRoute[] {
         "Also served under /ng-rollout/{capture_key}/ and /ng-rollout/{capture_key}/training-token-capture/. " +
         "With checkpointing on, a session activation needs the prefix; send x-ng-agent-activation to make it idempotent.",
       request: ResponsesCreateRequestSchema,
+      reply: documentedReply(ResponsesReplySchema),
       errors: [
         "rollout_id_required",
         "stale_attempt",
@@ -69,6 +71,8 @@ export function agentRoutes(handlers: AgentRouteHandlers): DataRoute[] {
         "upstream_error",
       ],
       rolloutPrefixed: true,
+      // With checkpointing on, every activation and direct call needs its rollout's prefix.
+      rolloutRequired: true,
       tag: "agent",
       handler: (input) => handlers.responses(input),
     }),

@@ -15,6 +15,18 @@ export const AggregateMetricsRequestSchema = z
 /** An aggregate metrics request. */
 export type AggregateMetricsRequest = z.infer<typeof AggregateMetricsRequestSchema>;
 
+/**
+ * The reply of the default {@link aggregateMetrics}: flat `<statistic>/<field>` keys. Each field
+ * is optional, so the schema also holds for a server whose override answers with fewer.
+ */
+export const AggregateMetricsReplySchema = z
+  .looseObject({
+    group_level_metrics: z.array(z.record(z.string(), z.number())).optional(),
+    agent_metrics: z.record(z.string(), z.number()).optional(),
+    key_metrics: z.record(z.string(), z.number()).optional(),
+  })
+  .meta({ id: "AggregateMetricsReply" });
+
 /** The reply: flat `<statistic>/<field>` keys, ready to log. */
 export interface AggregateMetrics {
   /** One entry per task (`_ng_task_index`), in task order; responses without one are left out. */

@@ -32,6 +32,18 @@ export interface StateToolInput<State, Body> extends SessionRouteInput<Body> {
   setState(state: State): boolean;
 }
 
+/** A {@link SessionStateServer.stateTool} as one object: a `POST` data route handed the session's state. */
+export interface StateTool<
+  State,
+  Schema extends z.ZodType | null = null,
+  Reply = unknown,
+> extends Omit<DataRoute<Schema, Reply>, "method" | "handler"> {
+  /** Answers the call; its return is typed by `reply` when there is one. */
+  readonly handler: (
+    input: StateToolInput<State, Schema extends z.ZodType ? z.infer<Schema> : undefined>,
+  ) => NoInfer<Reply | Promise<Reply>>;
+}
+
 /**
  * A resources server in `exported` mode whose sessions' states live in {@link states}: a seed
  * stores {@link initialState} (a repeated seed keeps what is held; a body naming a
@@ -68,9 +80,24 @@ export abstract class SessionStateServer<
   protected abstract initialState(input: SessionRouteInput): State;
 
   /**
-   * A `POST` tool route handed the calling session's state: `request` is the body schema (null:
-   * no body), documented like any data route.
+   * A `POST` tool route handed the calling session's state, declared as one object: a
+   * {@link DataRoute} without `method` (validated by `request`, documented with `reply` and
+   * `examples`, its handler typed by both).
+   *
+   * @example
+   * this.stateTool({
+   *   path: "/add",
+   *   summary: "Add an amount to this session's total",
+   *   request: z.strictObject({ amount: z.number() }),
+   *   reply: z.strictObject({ total: z.number().nullable() }),
+   *   examples: { request: { amount: 2 }, reply: { total: 2 } },
+   *   handler: (call) => ({ total: call.state ?? null }),
+   * });
    */
+  protected stateTool<Schema extends z.ZodType | null = null, Reply = unknown>(
+    route: StateTool<State, Schema, Reply>,
+  ): DataRoute;
+  /** The short form: `request` is the body schema (null: no body); no reply schema. */
   protected stateTool<Schema extends z.ZodType | null>(
     path: string,
     summary: string,
@@ -78,12 +105,24 @@ export abstract class SessionStateServer<
     handler: (
       input: StateToolInput<State, Schema extends z.ZodType ? z.infer<Schema> : undefined>,
     ) => unknown,
+  ): DataRoute;
+  protected stateTool(
+    ...args:
+      | [StateTool<State, z.ZodType | null, unknown>]
+      | [string, string, z.ZodType | null, (input: StateToolInput<State, unknown>) => unknown]
   ): DataRoute {
+    const { handler, ...doc }: StateTool<State, z.ZodType | null, unknown> =
+      args.length === 1
+        ? args[0]
+        : {
+            path: args[0],
+            summary: args[1],
+            ...(args[2] === null ? {} : { request: args[2] }),
+            handler: args[3],
+          };
     return dataRoute({
+      ...doc,
       method: "post",
-      path,
-      summary,
-      ...(request === null ? {} : { request }),
       handler: (input) => {
         const session = resourcesSession(input);
         return handler({
