@@ -9,6 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { decodeSessionCookie } from "#sdk/server/resources/session-cookie.js";
+import { SessionSecret } from "#sdk/server/session-secret.js";
 import { gym, killEverything, stateServers, waitFor } from "./helpers.js";
 import {
   childPids,
@@ -82,6 +84,11 @@ describe.each([
         { cookie },
       );
       expect(incremented.body).toEqual({ success: true });
+    }
+    // Signed with the key derived from the control token: a restored process derives it again.
+    const key = SessionSecret.fromControlToken(run.token).keyFor("CounterServer___counter");
+    for (const [i, cookie] of cookies.entries()) {
+      expect(decodeSessionCookie(cookie.slice(cookie.indexOf("=") + 1), key)).toBe(`s${i}`);
     }
     const ownersBefore = cookies.map(cookieOwner);
     // One process names no owner (its cookies are unchanged); several spread the sessions.

@@ -37,8 +37,10 @@ import {
   type RunState,
   type StateServer,
 } from "./state-file.js";
+import { sessionSecretsOf, supervisorEnv } from "./session-secrets.js";
 import {
   describeExit,
+  planFileText,
   supervise,
   type Exit,
   type ServePlan,
@@ -189,6 +191,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
       };
     }),
     keep,
+    session_secrets: sessionSecretsOf(loaded, targets),
   };
 }
 
@@ -219,7 +222,7 @@ async function runDetached(plan: ServePlan, planFile: string, io: Io): Promise<R
       cwd: io.cwd,
       detached: true,
       stdio: ["ignore", fd, fd, "ipc"],
-      env: process.env,
+      env: supervisorEnv(process.env, plan.session_secrets ?? {}),
     });
   } finally {
     closeSync(fd);
@@ -267,7 +270,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
 
   if (options.detach === true) {
     const planFile = path.join(path.dirname(plan.state_file), "serve-plan.json");
-    writeFileAtomic(planFile, `${JSON.stringify(plan, null, 2)}\n`);
+    writeFileAtomic(planFile, planFileText(plan));
     let state: RunState;
     try {
       state = await runDetached(plan, planFile, io);

@@ -15,6 +15,7 @@ import { parse as parseYaml } from "yaml";
 import type { ListeningAddress, ServerOptions } from "../server/server.js";
 import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deployment.js";
 import { describeError } from "./output.js";
+import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
 
 /** What a server module's default export must build: something that listens and closes. */
 export interface StartableServer {
@@ -142,6 +143,8 @@ export interface ServerProcessArgs {
   readonly name: string;
   /** The module to import. */
   readonly entrypoint: string;
+  /** The server's configured session secret (from {@link SESSION_SECRET_ENV}). @default none */
+  readonly sessionSecret?: string;
 }
 
 /** Environment fallbacks of the server process's flags. */
@@ -179,6 +182,7 @@ export async function startFromDeployment(
     config: entry.config,
     deployment,
     logger,
+    ...(args.sessionSecret === undefined ? {} : { sessionSecret: args.sessionSecret }),
   };
   const listen = { port: entry.port, host: entry.host };
   if (entry.num_workers > 1) {
@@ -234,6 +238,8 @@ export async function runServerProcess(argv: readonly string[]): Promise<void> {
     return;
   }
   const logger = pino({ level: process.env.LOG_LEVEL ?? "info" });
+  // Taken out of the environment: a worker gets it from its coordinator, nothing else needs it.
+  const sessionSecret = takeEnv(process.env, SESSION_SECRET_ENV);
   let running: RunningServer;
   try {
     running = await startFromDeployment({
@@ -241,6 +247,7 @@ export async function runServerProcess(argv: readonly string[]): Promise<void> {
       name: args.name,
       entrypoint: args.entrypoint,
       logger,
+      ...(sessionSecret === undefined ? {} : { sessionSecret }),
     });
   } catch (error) {
     process.stderr.write(
@@ -265,7 +272,11 @@ options:
   --name NAME              the server's name (default "server")
   --checkpoint-token TOKEN turn checkpointing on with this control token (default off)
   --deployment FILE        a resolved deployment (JSON) naming the other servers
-  -h, --help               show this help`;
+  -h, --help               show this help
+
+environment:
+  GYM_SESSION_SECRET       the secret signing session cookies (default: derived from the
+                           checkpoint token, else random per process)`;
 
 /**
  * Runs a server module on its own: `node dist/main.js --port 8101 --config settings.json
@@ -333,6 +344,7 @@ export async function serveMain(
       token !== undefined
         ? { enabled: true, control_auth_token: token }
         : (deployment?.checkpoint ?? null);
+    const sessionSecret = takeEnv(process.env, SESSION_SECRET_ENV);
     const running = await startServer(
       exported,
       {
@@ -341,6 +353,7 @@ export async function serveMain(
         config: config ?? {},
         deployment,
         logger,
+        ...(sessionSecret === undefined ? {} : { sessionSecret }),
       },
       { port, host: values.host ?? "127.0.0.1" },
     );

@@ -33,6 +33,7 @@ import { asCliError, commandOf, describeError, type Io } from "./output.js";
 import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
 import type { RunState, StateServer } from "./state-schema.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
+import { serverEnv, takeSupervisorSecrets, type SessionSecrets } from "./session-secrets.js";
 
 /** One server the supervisor starts. */
 export interface PlannedServer {
@@ -63,6 +64,18 @@ export interface ServePlan {
   readonly servers: readonly PlannedServer[];
   /** Servers already running (with `--only`), kept in the state file. */
   readonly keep: Readonly<Record<string, StateServer>>;
+  /**
+   * The configured session secrets of the servers to start, by name. In memory only: the plan
+   * file leaves them out ({@link planFileText}); the detached supervisor gets them in its
+   * environment, each server only its own.
+   */
+  readonly session_secrets?: SessionSecrets;
+}
+
+/** The plan as the detached supervisor's plan file holds it: without any secret. */
+export function planFileText(plan: ServePlan): string {
+  const { session_secrets: _secrets, ...written } = plan;
+  return `${JSON.stringify(written, null, 2)}\n`;
 }
 
 function plural(count: number, word: string): string {
@@ -152,7 +165,7 @@ function startChild(plan: ServePlan, server: PlannedServer): Child {
       cwd: server.cwd,
       detached: true,
       stdio: ["ignore", fd, fd],
-      env: process.env,
+      env: serverEnv(process.env, plan.session_secrets?.[server.name]),
     });
   } finally {
     closeSync(fd);
@@ -535,8 +548,11 @@ export async function runSupervisorProcess(argv: readonly string[]): Promise<num
     process.stderr.write("usage: supervisor-process <plan file>\n");
     return 2;
   }
-  // Written by `gym serve` a moment ago: trusted as is.
-  const plan = JSON.parse(readFileSync(planFile, "utf8")) as ServePlan;
+  // Written by `gym serve` a moment ago: trusted as is. Its secrets came in the environment.
+  const plan: ServePlan = {
+    ...(JSON.parse(readFileSync(planFile, "utf8")) as ServePlan),
+    session_secrets: takeSupervisorSecrets(process.env),
+  };
   const stop = deferred<void>();
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
     process.on(signal, () => stop.resolve());

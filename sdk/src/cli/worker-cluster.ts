@@ -8,6 +8,7 @@
  * @see docs/workers.md
  */
 import cluster, { type Worker } from "node:cluster";
+import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { createServer, type Server as NetServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -23,6 +24,7 @@ import type { Operation } from "../wire/control.js";
 import type { ServerOptions } from "../server/server.js";
 import { resolveCheckpointSettings } from "../server/server.js";
 import { isProcessAlive } from "./processes.js";
+import { takeEnv } from "./session-secrets.js";
 import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
 
 /** How long stopping waits for the workers before killing them (ms). */
@@ -87,11 +89,17 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
   const socketDir = await mkdtemp(path.join(base, `ng-${process.pid}-`));
   const coordinatorSocket = path.join(socketDir, "coordinator.sock");
 
+  const settings = resolveCheckpointSettings(options.checkpoint);
+  // A cookie minted by one worker must verify on every other: they share one session secret.
+  // A configured one (which this process took out of its environment) is handed on; one
+  // derived from the control token each worker computes alike; else one random draw for all.
+  const configuredSecret = options.sessionSecret ?? null;
+  const randomSecret =
+    configuredSecret !== null || settings.enabled ? null : randomBytes(32).toString("base64url");
   // Built, never listening: its participant answers the kind, the record schema and pure hooks.
   const prototype = await buildServer(args.exported, options);
   const pool = new WorkerPool(args.workers, log);
   let controlPlane: ControlPlane | null = null;
-  const settings = resolveCheckpointSettings(options.checkpoint);
   const participant = settings.enabled ? participantOf(prototype) : null;
   if (participant !== null) {
     const control = async (operation: string, body: unknown): Promise<unknown> =>
@@ -127,6 +135,8 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
       [WORKER_ENV.count]: String(args.workers),
       [WORKER_ENV.coordinator]: coordinatorSocket,
       [WORKER_ENV.socketDir]: socketDir,
+      ...(configuredSecret === null ? {} : { [WORKER_ENV.sessionSecret]: configuredSecret }),
+      ...(randomSecret === null ? {} : { [WORKER_ENV.randomSessionSecret]: randomSecret }),
     });
     workers.set(index, worker);
     worker.on("exit", (code, signal) => {
@@ -180,9 +190,16 @@ async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
     index,
     count: Number(process.env[WORKER_ENV.count]),
     socketDir: process.env[WORKER_ENV.socketDir] ?? "",
+    sessionSecret: takeEnv(process.env, WORKER_ENV.randomSessionSecret) ?? null,
     logger,
   });
-  const server = await buildServer(args.exported, { ...args.options, logger, worker: link });
+  const sessionSecret = takeEnv(process.env, WORKER_ENV.sessionSecret);
+  const server = await buildServer(args.exported, {
+    ...args.options,
+    logger,
+    worker: link,
+    ...(sessionSecret === undefined ? {} : { sessionSecret }),
+  });
   await link.register(participantOf(server));
   const address = await server.listen(args.listen);
   await link.listening();

@@ -38,6 +38,11 @@ export interface LoadedServer {
   /** Extra Node.js flags of the server's process. */
   readonly node_args: readonly string[];
   readonly config: Record<string, unknown>;
+  /**
+   * The secret signing the server's session cookies, or null for the default. Kept out of the
+   * resolved deployment: only this server's process receives it.
+   */
+  readonly session_secret: string | null;
   /** The line of the server's name in the file. */
   readonly line: number;
 }
@@ -180,6 +185,7 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
       num_workers: server.num_workers,
       node_args: server.node_args,
       config: server.config,
+      session_secret: server.session_secret,
       line: at(["servers", name]),
     };
   }

@@ -124,7 +124,11 @@ export abstract class AgentServer<
 
   constructor(options: ServerOptions) {
     super(options);
-    this.#cookie = new AgentSessionCookie(this.name, this.workerRoutingId);
+    this.#cookie = new AgentSessionCookie(
+      this.name,
+      (cookieName) => this.sessionCookieKey(cookieName),
+      this.workerRoutingId,
+    );
     this.#sessions = new AgentSessionTable<State>({
       receiptWindowMs: () => this.config.session_close_retry_window_seconds * 1000,
     });

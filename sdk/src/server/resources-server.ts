@@ -290,14 +290,24 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   }
 
   protected override installKindMiddleware(app: Express): void {
-    app.use(sessionCookie({ cookieName: this.#cookieName, owner: this.workerRoutingId }));
+    app.use(
+      sessionCookie({
+        cookieName: this.#cookieName,
+        key: this.sessionCookieKey(this.#cookieName),
+        owner: this.workerRoutingId,
+      }),
+    );
     if (this.#participant !== null) app.use(resourcesCheckpointMiddleware(this.#participant));
   }
 
   /** The owner the session cookie names, else the `x-ng-session-owner` header's. */
   protected override sessionOwnerOf(req: IncomingMessage): string | null {
     return (
-      sessionOwnerFromCookies(req.headers.cookie, this.#cookieName) ?? super.sessionOwnerOf(req)
+      sessionOwnerFromCookies(
+        req.headers.cookie,
+        this.#cookieName,
+        this.sessionCookieKey(this.#cookieName),
+      ) ?? super.sessionOwnerOf(req)
     );
   }
 

@@ -42,6 +42,7 @@ import { handlerStarted, linkedCancellations } from "./handler-lifecycle.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
 import { rolloutOf, rolloutPrefix } from "./rollout-prefix.js";
 import { SessionRouter } from "./routing/session-router.js";
+import { resolveSessionSecret, type SessionSecret } from "./session-secret.js";
 import { SocketMux } from "./routing/socket-mux.js";
 import { sdkPackage } from "../util/sdk-package.js";
 
@@ -90,6 +91,16 @@ export interface ServerOptions {
    * @default none (one process)
    */
   readonly worker?: WorkerLink | null;
+  /**
+   * The secret the server's session cookies are signed with (each cookie gets its own key
+   * derived from it). `gym serve` passes the deployment file's `servers.<name>.session_secret`.
+   * Set it when cookies must stay valid across a control-token change, or must differ between
+   * deployments sharing a token; the value is never logged, serialized or served.
+   * @default derived from `checkpoint.control_auth_token` with checkpointing on (stable across
+   * a crash and restore), else random per process
+   * @see docs/resources-server.md#the-session-cookie
+   */
+  readonly sessionSecret?: string | null;
 }
 
 /** Where a listening server can be reached. */
@@ -181,6 +192,7 @@ export class Server<Config = unknown> {
   /** Whether the control routes are served (here, or through the worker's coordinator). */
   #controlRoutes = false;
   readonly #worker: WorkerLink | null;
+  readonly #sessionSecret: SessionSecret;
   #http: HttpServer | null = null;
   /** A worker's private socket, where other workers pass on its sessions' requests. */
   #privateHttp: HttpServer | null = null;
@@ -221,6 +233,11 @@ export class Server<Config = unknown> {
     };
     this.#clientOptions = options.client ?? {};
     this.#worker = options.worker ?? null;
+    this.#sessionSecret = resolveSessionSecret(
+      options.sessionSecret,
+      this.checkpointSettings,
+      this.#worker?.sessionSecret ?? null,
+    );
   }
 
   /**
@@ -326,6 +343,14 @@ export class Server<Config = unknown> {
   /** This worker's link to its coordinator, or null when the server runs as one process. */
   protected get workerLink(): WorkerLink | null {
     return this.#worker;
+  }
+
+  /**
+   * The signing key of one of this server's session cookies, derived from its session secret
+   * (see {@link ServerOptions.sessionSecret}); kinds with session cookies sign them with it.
+   */
+  protected sessionCookieKey(cookieName: string): Buffer {
+    return this.#sessionSecret.keyFor(cookieName);
   }
 
   /** The routing ID of this worker process, or null when the server runs as one process. */
@@ -583,7 +608,11 @@ export class Server<Config = unknown> {
       });
     });
     const address = http.address() as AddressInfo;
-    this.logger.info({ port: address.port, host }, "listening");
+    // Where the session secret came from (never its value), for whoever audits a deployment.
+    this.logger.info(
+      { port: address.port, host, session_secret: this.#sessionSecret.source },
+      "listening",
+    );
     return { host, port: address.port, url: `http://${host}:${address.port}` };
   }
 

@@ -44,6 +44,22 @@ export const DeploymentServerSchema = z
       )
       .default([]),
     config: z.record(z.string(), z.unknown()).default({}),
+    /**
+     * The secret this server signs its session cookies with. Never written to the resolved
+     * deployment: `gym serve` hands it to the server's process alone.
+     */
+    session_secret: z
+      .string()
+      .refine(
+        (value) => value.trim() !== "",
+        "a session secret must not be blank: set a long random value (e.g. session_secret: ${GYM_SESSION_SECRET}), or leave it out for the default",
+      )
+      .nullable()
+      .default(null)
+      .meta({
+        description:
+          "Secret signing the server's session cookies. Default: derived from checkpoint.control_auth_token with checkpointing on, else random per run.",
+      }),
   })
   .meta({ id: "DeploymentServer" });
 /** One server entry of a deployment file. */

@@ -11,6 +11,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { planServe } from "#sdk/cli/launcher.js";
+import { serverEnv, supervisorEnv, takeSupervisorSecrets } from "#sdk/cli/session-secrets.js";
+import { planFileText } from "#sdk/cli/supervisor.js";
 import { CliError, UsageError, type Io } from "#sdk/cli/output.js";
 import { chooseFreePorts } from "#sdk/cli/ports.js";
 import { isGroupAlive, isProcessAlive, stopGroups } from "#sdk/cli/processes.js";
@@ -152,6 +154,44 @@ describe("planning a run", () => {
     expect(ports.every((port) => port > 0)).toBe(true);
     expect(plan.servers.map((server) => server.name)).toEqual(["counter", "echo"]);
     expect(existsSync(plan.state_file)).toBe(false);
+  });
+
+  it("keeps a configured session secret out of every file and hands it to its server alone", async () => {
+    const secret = "planned-session-secret-0123456789";
+    const file = copyGood();
+    writeFileSync(
+      file,
+      readFileSync(file, "utf8").replace(
+        "    kind: resources\n",
+        '    kind: resources\n    session_secret: "${GYM_TEST_SESSION_SECRET}"\n',
+      ),
+    );
+    const plan = await planServe(
+      { deploymentFile: file },
+      { ...io(), env: { GYM_TEST_SESSION_SECRET: secret } },
+    );
+    expect(plan.session_secrets).toEqual({ counter: secret });
+    expect(readFileSync(plan.resolved_file, "utf8")).not.toContain(secret);
+    expect(planFileText(plan)).not.toContain(secret);
+    expect(JSON.parse(planFileText(plan))).not.toHaveProperty("session_secrets");
+    // The detached supervisor gets them in its environment and takes them out again.
+    const supervisor = supervisorEnv(
+      { PATH: "/bin", GYM_SESSION_SECRET: "inherited" },
+      {
+        counter: secret,
+      },
+    );
+    expect(supervisor.GYM_SESSION_SECRET).toBeUndefined();
+    expect(takeSupervisorSecrets(supervisor)).toEqual({ counter: secret });
+    expect(supervisor).toEqual({ PATH: "/bin" });
+    // Each server's process gets its own secret only; an inherited one never leaks through.
+    expect(serverEnv({ PATH: "/bin" }, secret)).toEqual({
+      PATH: "/bin",
+      GYM_SESSION_SECRET: secret,
+    });
+    expect(serverEnv({ PATH: "/bin", GYM_SESSION_SECRET: "inherited" }, undefined)).toEqual({
+      PATH: "/bin",
+    });
   });
 
   it("refuses to start over a run that is still alive", async () => {

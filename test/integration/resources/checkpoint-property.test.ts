@@ -17,7 +17,8 @@ import {
   resourcesSession,
   type SessionRouteInput,
 } from "#sdk/server/resources-server.js";
-import { encodeSessionCookie, sessionKey } from "#sdk/server/resources/session-cookie.js";
+import { encodeSessionCookie } from "#sdk/server/resources/session-cookie.js";
+import { SessionSecret } from "#sdk/server/session-secret.js";
 import type { JsonValue } from "#sdk/json/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import { CONTROL } from "../../support/control-routes.js";
@@ -121,7 +122,7 @@ async function run(mode: CheckpointMode, verify: CheckpointVerify, plan: Op[]): 
   const { url } = await server.listen({ port: 0 });
   const participant = server.participant;
   if (participant === null) throw new Error("no participant");
-  const key = sessionKey("Prop___p");
+  const key = SessionSecret.fromControlToken(TOKEN).keyFor("Prop___p");
   const sessions = Array.from({ length: ROLLOUTS }, (_, i) => `s${i}`);
   const tracked = (): string[] => sessions.filter((id) => participant.isOpen(id));
   const control = (op: string, body: Record<string, unknown>) =>

@@ -14,7 +14,8 @@ import {
   resourcesSession,
   type SessionRouteInput,
 } from "#sdk/server/resources-server.js";
-import { encodeSessionCookie, sessionKey } from "#sdk/server/resources/session-cookie.js";
+import { encodeSessionCookie } from "#sdk/server/resources/session-cookie.js";
+import { SessionSecret } from "#sdk/server/session-secret.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
 import type { JsonValue } from "#sdk/json/json-value.js";
 import { makeTempDir, removeTempDir } from "../../support/test-participant.js";
@@ -188,9 +189,10 @@ async function tempDir(): Promise<string> {
   return dir;
 }
 
-/** The cookie a client of session `id` sends (the signing key is deterministic). */
+/** The cookie a client of session `id` sends (the key is derived from the control token). */
 function cookie(id: string): string {
-  return `Gated___g=${encodeSessionCookie(id, sessionKey("Gated___g"))}`;
+  const key = SessionSecret.fromControlToken(TOKEN).keyFor("Gated___g");
+  return `Gated___g=${encodeSessionCookie(id, key)}`;
 }
 
 function post(url: string, route: string, id: string, body: object = {}) {

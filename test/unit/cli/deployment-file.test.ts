@@ -135,6 +135,48 @@ describe("a blank control token", () => {
   });
 });
 
+describe("a server's session secret", () => {
+  const SECRET = "a-long-random-session-secret-42";
+  const withSecret = (value: string) =>
+    deploymentFile(
+      [
+        "servers:",
+        "  a:",
+        "    kind: resources",
+        "    entrypoint: ./srv.ts",
+        `    session_secret: ${value}`,
+      ].join("\n"),
+    );
+
+  it("is read from the environment, kept on the loaded server, and left out of the resolved deployment", () => {
+    const file = withSecret('"${GYM_TEST_SESSION_SECRET}"');
+    const loaded = loadDeploymentFile(file, { env: { GYM_TEST_SESSION_SECRET: SECRET } });
+    expect(loaded.servers.a?.session_secret).toBe(SECRET);
+    const resolved = resolveDeployment(loaded, { a: 8100 });
+    expect(JSON.stringify(resolved)).not.toContain(SECRET);
+    expect(ResolvedDeploymentSchema.parse(resolved).servers.a).not.toHaveProperty("session_secret");
+  });
+
+  it("defaults to none", () => {
+    const file = deploymentFile(
+      ["servers:", "  a:", "    kind: resources", "    entrypoint: ./srv.ts"].join("\n"),
+    );
+    expect(loadDeploymentFile(file, { env: {} }).servers.a?.session_secret).toBeNull();
+  });
+
+  it("is refused when blank, naming the key and never the value", () => {
+    const problems = problemsOf(withSecret('"   "'));
+    expect(problems).toHaveLength(1);
+    expect(problems[0]?.path).toBe("servers.a.session_secret");
+    expect(problems[0]?.message).toMatch(/must not be blank/);
+    const numeric = problemsOf(withSecret("${GYM_TEST_SESSION_SECRET}"), {
+      GYM_TEST_SESSION_SECRET: "987654321987",
+    });
+    expect(numeric[0]?.message).toMatch(/quote it/);
+    expect(numeric[0]?.message).not.toContain("987654321987");
+  });
+});
+
 describe("problems and their lines", () => {
   it("reports every problem of a file at once, each on its own line", () => {
     const file = deploymentFile(

@@ -35,6 +35,12 @@ export interface WorkerLinkOptions {
   readonly count: number;
   /** The directory of the workers' private sockets. */
   readonly socketDir: string;
+  /**
+   * The random session secret the coordinator drew for all its workers (only when none is
+   * configured or derived): every worker must sign session cookies with one key.
+   * @default none
+   */
+  readonly sessionSecret?: string | null;
   readonly logger?: Logger;
 }
 
@@ -66,6 +72,7 @@ export class WorkerLink {
   readonly index: number;
   readonly count: number;
   readonly socketDir: string;
+  readonly #sessionSecret: string | null;
   readonly #log: Logger;
   readonly #channel: FrameChannel;
   #participant: Participant | null = null;
@@ -90,8 +97,14 @@ export class WorkerLink {
     this.index = options.index;
     this.count = options.count;
     this.socketDir = options.socketDir;
+    this.#sessionSecret = options.sessionSecret ?? null;
     this.#log = options.logger ?? pino({ level: "silent" });
     this.#channel = channel(this);
+  }
+
+  /** The random session secret shared by the server's workers, or null (a getter: never serialized). */
+  get sessionSecret(): string | null {
+    return this.#sessionSecret;
   }
 
   /** Connects to the coordinator. */

@@ -20,6 +20,10 @@ export const WORKER_ENV = {
   coordinator: "GYM_WORKER_COORDINATOR",
   /** The directory of the workers' private sockets. */
   socketDir: "GYM_WORKER_SOCKET_DIR",
+  /** The server's configured session secret, handed on by the coordinator. */
+  sessionSecret: "GYM_WORKER_SESSION_SECRET",
+  /** The random session secret the coordinator drew for its workers (none configured, checkpointing off). */
+  randomSessionSecret: "GYM_WORKER_RANDOM_SESSION_SECRET",
 } as const;
 
 /** A worker's first message. */

@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import type { Request, Response } from "express";
 import { parseCookieHeader } from "../../util/cookies.js";
 import {
@@ -9,18 +8,25 @@ import {
 
 /**
  * The signed cookie binding a client to an agent session (it carries the
- * `agent_session_id`). Deterministic per server name, so a restored process accepts the
- * cookies its predecessor set.
+ * `agent_session_id`), signed with a key from the server's session secret: a restored process
+ * of the same deployment derives the same key, so it accepts the cookies its predecessor set.
  */
 export class AgentSessionCookie {
   readonly name: string;
   readonly #key: Buffer;
   readonly #owner: string | null;
 
-  /** @param owner the worker whose cookies name its sessions (null: one process) */
-  constructor(serverName: string, owner: string | null = null) {
+  /**
+   * @param keyFor the server's key for a cookie name (see `session-secret.ts`)
+   * @param owner the worker whose cookies name its sessions (null: one process)
+   */
+  constructor(
+    serverName: string,
+    keyFor: (cookieName: string) => Buffer,
+    owner: string | null = null,
+  ) {
     this.name = `agent_session___${serverName}`;
-    this.#key = createHash("sha256").update(`gym-agent-session:${serverName}`).digest();
+    this.#key = keyFor(this.name);
     this.#owner = owner;
   }
 

@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomUUID, timingSafeEqual } from "node:crypto";
+import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import type { Request, RequestHandler } from "express";
 import { onResponseStart } from "./response-start.js";
 
@@ -35,12 +35,15 @@ export function sessionOf(req: Request): ResourcesSession {
   };
 }
 
-/** Cookie name and signing key of a server: deterministic, so a fresh process accepts old cookies. */
+/** Cookie name and signing key of a server. */
 export interface SessionCookieOptions {
   /** `<ServerClassName>___<server name>` */
   readonly cookieName: string;
-  /** Signing secret. @default the cookie name */
-  readonly secret?: string;
+  /**
+   * The HMAC key, from the server's session secret (see `session-secret.ts`): never from the
+   * cookie name alone, which is public.
+   */
+  readonly key: Buffer;
   /** The worker owning the sessions started here, named in their cookies. @default none (one process) */
   readonly owner?: string | null;
 }
@@ -110,17 +113,12 @@ export function encodeSessionCookie(
 export function sessionOwnerFromCookies(
   header: string | undefined,
   cookieName: string,
-  secret: string | Buffer = cookieName,
+  key: Buffer,
 ): string | null {
   const raw = readCookie(header, cookieName);
   if (raw === null) return null;
-  const payload = decodePayload(raw, typeof secret === "string" ? sessionKey(secret) : secret);
+  const payload = decodePayload(raw, key);
   return payload === null ? null : (payload.owner ?? "");
-}
-
-/** The signing key for a secret. */
-export function sessionKey(secret: string): Buffer {
-  return createHash("sha256").update(`gym-resources-session:${secret}`).digest();
 }
 
 /**
@@ -128,7 +126,7 @@ export function sessionKey(secret: string): Buffer {
  * minted; the reply sets the cookie when the ID is new or was replaced.
  */
 export function sessionCookie(options: SessionCookieOptions): RequestHandler {
-  const key = sessionKey(options.secret ?? options.cookieName);
+  const key = options.key;
   const name = options.cookieName;
   const owner = options.owner ?? null;
   return (req, res, next) => {
