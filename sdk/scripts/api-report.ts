@@ -4,14 +4,59 @@
  *
  * `npm run api` rewrites the reports after a deliberate change of the public surface;
  * `npm run api:check` (CI) fails when a report is stale, so no export appears, disappears or
- * changes shape without a reviewed diff. Both need `npm run build` first.
+ * changes shape without a reviewed diff.
+ *
+ * The reports read declarations from a fresh, non-incremental emit of its own, never from
+ * `sdk/dist`: TypeScript orders union members by when it first met each type, so an
+ * incremental build prints `"a" | "b"` where a clean one prints `"b" | "a"`, and a report
+ * checked against a developer's incremental `dist` would fail in CI's clean clone.
  */
-import { existsSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Extractor, ExtractorConfig, type IConfigFile } from "@microsoft/api-extractor";
+import ts from "typescript";
 
 const SDK = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const DECLARATIONS = path.join(SDK, "dist", ".api-declarations");
+
+/** Emits the SDK's declarations into {@link DECLARATIONS} the way a clean build would. */
+function emitDeclarations(): void {
+  const configPath = path.join(SDK, "tsconfig.build.json");
+  const parsed = ts.getParsedCommandLineOfConfigFile(configPath, undefined, {
+    ...ts.sys,
+    onUnRecoverableConfigFileDiagnostic: (d) => {
+      throw new Error(ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+    },
+  });
+  if (!parsed) throw new Error(`cannot read ${configPath}`);
+  rmSync(DECLARATIONS, { recursive: true, force: true });
+  const options: ts.CompilerOptions = {
+    ...parsed.options,
+    outDir: DECLARATIONS,
+    declarationDir: DECLARATIONS,
+    emitDeclarationOnly: true,
+    declarationMap: false,
+    sourceMap: false,
+    composite: false,
+    incremental: false,
+    tsBuildInfoFile: undefined,
+  };
+  const program = ts.createProgram({ rootNames: parsed.fileNames, options });
+  // Check before emitting, as `tsc` does, so types are met in the same order as a clean build.
+  const diagnostics = [...program.getSemanticDiagnostics(), ...program.emit().diagnostics];
+  if (diagnostics.length > 0) {
+    const host = {
+      getCanonicalFileName: (f: string) => f,
+      getCurrentDirectory: () => SDK,
+      getNewLine: () => "\n",
+    };
+    console.error(ts.formatDiagnostics(diagnostics, host));
+    process.exit(2);
+  }
+}
+
+emitDeclarations();
 
 /** The package's entry points: report name and declaration file (relative to `sdk/dist`). */
 const ENTRY_POINTS = [
@@ -24,9 +69,9 @@ const ENTRY_POINTS = [
 const check = process.argv.includes("--check");
 let failed = false;
 for (const entry of ENTRY_POINTS) {
-  const mainEntryPointFilePath = path.join(SDK, "dist", entry.types);
+  const mainEntryPointFilePath = path.join(DECLARATIONS, entry.types);
   if (!existsSync(mainEntryPointFilePath)) {
-    console.error(`${mainEntryPointFilePath} is missing: run \`npm run build\` first`);
+    console.error(`${mainEntryPointFilePath} is missing: the declaration emit wrote no such file`);
     process.exit(2);
   }
   const configObject: IConfigFile = {
