@@ -8,14 +8,13 @@ import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { Io } from "#sdk/cli/output.js";
 import { chooseFreePorts } from "#sdk/cli/ports.js";
-import { runCli } from "#sdk/cli/program.js";
 import { writeState, type RunState } from "#sdk/cli/state-file.js";
 import type { Server } from "#sdk/server/server.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 import createEchoBackend from "../../fixtures/servers/echo-backend.js";
 import EpisodesResourcesServer from "../../fixtures/servers/episodes-resources.js";
+import { runGym, writeRunState, type GymOutcome } from "../../support/gym-in-process.js";
 
 const TOKEN = "ckpt-test-token";
 let root: string;
@@ -76,50 +75,24 @@ async function deploy(
   await counter.listen({ port: ports.counter });
   await echo.listen({ port: ports.echo });
   const stateFile = path.join(dir, "run.json");
-  const state: RunState = {
-    version: 1,
-    deployment_file: path.join(dir, "deployment.yaml"),
-    resolved_file: path.join(dir, "deployment.resolved.json"),
+  writeRunState(
+    {
+      stateFile,
+      deploymentFile: path.join(dir, "deployment.yaml"),
+      resolvedFile: path.join(dir, "deployment.resolved.json"),
+      logDir: path.join(dir, "logs"),
+    },
     deployment,
-    servers: Object.fromEntries(
-      Object.entries(deployment.servers).map(([name, server]) => [
-        name,
-        {
-          name,
-          kind: server.kind,
-          url: server.url,
-          pid: process.pid,
-          pgid: process.pid,
-          log: path.join(dir, "logs", `${name}.log`),
-          supervisor_pid: null,
-          started_at: new Date().toISOString(),
-        },
-      ]),
-    ),
-  };
-  writeState(stateFile, state);
+  );
   return { stateFile, dir, counterUrl: deployment.servers.counter?.url ?? "" };
 }
 
 /** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
-async function gymAs(
-  command: string | undefined,
-  ...argv: string[]
-): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: Io = {
-    out: (text) => void (out += `${text}\n`),
-    err: (text) => void (err += `${text}\n`),
-    cwd: root,
-    env: {},
-    ...(command === undefined ? {} : { command }),
-  };
-  const code = await runCli(argv, io);
-  return { code, out, err };
+async function gymAs(command: string | undefined, ...argv: string[]): Promise<GymOutcome> {
+  return await runGym({ cwd: root, command }, argv);
 }
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+async function gym(...argv: string[]): Promise<GymOutcome> {
   return await gymAs(undefined, ...argv);
 }
 

@@ -8,35 +8,21 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { inspectCheckpoint, summarizeBoundary } from "#sdk/cli/inspect.js";
-import type { Io } from "#sdk/cli/output.js";
-import { runCli } from "#sdk/cli/program.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import { RecordsWriter } from "#sdk/store/records-writer.js";
 import type { RecordBase } from "#sdk/wire/storage.js";
+import { runGym, type GymOutcome } from "../../support/gym-in-process.js";
 
 let root: string;
 let pristine: string;
 let cases = 0;
 
 /** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
-async function gymAs(
-  command: string | undefined,
-  ...argv: string[]
-): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: Io = {
-    out: (text) => void (out += `${text}\n`),
-    err: (text) => void (err += `${text}\n`),
-    cwd: root,
-    env: {},
-    ...(command === undefined ? {} : { command }),
-  };
-  const code = await runCli(argv, io);
-  return { code, out, err };
+async function gymAs(command: string | undefined, ...argv: string[]): Promise<GymOutcome> {
+  return await runGym({ cwd: root, command }, argv);
 }
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+async function gym(...argv: string[]): Promise<GymOutcome> {
   return await gymAs(undefined, ...argv);
 }
 

@@ -8,14 +8,13 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import type { Io } from "#sdk/cli/output.js";
 import { chooseFreePorts } from "#sdk/cli/ports.js";
-import { runCli } from "#sdk/cli/program.js";
-import { findStateFile, writeState, type RunState } from "#sdk/cli/state-file.js";
+import { findStateFile } from "#sdk/cli/state-file.js";
 import type { Server } from "#sdk/server/server.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 import createEchoBackend from "../../fixtures/servers/echo-backend.js";
 import EpisodesResourcesServer from "../../fixtures/servers/episodes-resources.js";
+import { runGym, writeRunState, type GymOutcome } from "../../support/gym-in-process.js";
 
 const TOKEN = "run-lookup-token";
 /** Above pid_max (at most 2^22 on Linux): no process has it. */
@@ -68,46 +67,22 @@ async function deploy(dead: readonly string[] = []): Promise<{ root: string; sta
   }
   const stateFile = path.join(root, ".gym", "run.json");
   const pidOf = (name: string): number => (dead.includes(name) ? DEAD_PID : process.pid);
-  const state: RunState = {
-    version: 1,
-    deployment_file: path.join(root, "deployment.yaml"),
-    resolved_file: path.join(root, ".gym", "deployment.resolved.json"),
+  writeRunState(
+    {
+      stateFile,
+      deploymentFile: path.join(root, "deployment.yaml"),
+      resolvedFile: path.join(root, ".gym", "deployment.resolved.json"),
+      logDir: path.join(root, ".gym", "logs"),
+    },
     deployment,
-    servers: Object.fromEntries(
-      Object.entries(deployment.servers).map(([name, server]) => [
-        name,
-        {
-          name,
-          kind: server.kind,
-          url: server.url,
-          pid: pidOf(name),
-          pgid: pidOf(name),
-          log: path.join(root, ".gym", "logs", `${name}.log`),
-          supervisor_pid: null,
-          started_at: new Date().toISOString(),
-        },
-      ]),
-    ),
-  };
-  writeState(stateFile, state);
+    pidOf,
+  );
   return { root, stateFile };
 }
 
 /** Runs `gym` in-process from `cwd`. */
-async function gymIn(
-  cwd: string,
-  ...argv: string[]
-): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: Io = {
-    out: (text) => void (out += `${text}\n`),
-    err: (text) => void (err += `${text}\n`),
-    cwd,
-    env: {},
-  };
-  const code = await runCli(argv, io);
-  return { code, out, err };
+async function gymIn(cwd: string, ...argv: string[]): Promise<GymOutcome> {
+  return await runGym({ cwd }, argv);
 }
 
 function subdirectory(root: string): string {

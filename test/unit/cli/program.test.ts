@@ -4,8 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import type { Io } from "#sdk/cli/output.js";
-import { runCli } from "#sdk/cli/program.js";
+import { runGym, type GymOutcome } from "../../support/gym-in-process.js";
 
 const SDK_DIR = fileURLToPath(new URL("../../../sdk/", import.meta.url));
 const SDK_VERSION = (
@@ -17,24 +16,11 @@ const temp = mkdtempSync(path.join(tmpdir(), "gym-program-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 /** Runs `gym` in-process as if invoked as `command` (`npx gym`, …); without it, a bare `gym`. */
-async function gymAs(
-  command: string | undefined,
-  ...argv: string[]
-): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const io: Io = {
-    out: (text) => void (out += `${text}\n`),
-    err: (text) => void (err += `${text}\n`),
-    cwd: process.cwd(),
-    env: {},
-    ...(command === undefined ? {} : { command }),
-  };
-  const code = await runCli(argv, io);
-  return { code, out, err };
+async function gymAs(command: string | undefined, ...argv: string[]): Promise<GymOutcome> {
+  return await runGym({ cwd: process.cwd(), command }, argv);
 }
 
-async function gym(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+async function gym(...argv: string[]): Promise<GymOutcome> {
   return await gymAs(undefined, ...argv);
 }
 
