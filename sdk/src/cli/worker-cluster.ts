@@ -21,7 +21,7 @@ import { WORKER_ENV } from "../control/workers/worker-messages.js";
 import { WorkerLink } from "../control/workers/worker-link.js";
 import { WorkerPool } from "../control/workers/worker-pool.js";
 import type { Operation } from "../wire/control.js";
-import type { ServerOptions } from "../server/server.js";
+import type { Server, ServerOptions } from "../server/server.js";
 import { resolveCheckpointSettings } from "../server/server.js";
 import { isProcessAlive } from "./processes.js";
 import { takeEnv } from "./session-secrets.js";
@@ -113,6 +113,14 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
       leaseGraceSeconds: settings.lease_grace_seconds,
       logger: log,
     });
+  }
+  // Through the server's own SDK (the one whose telemetry is installed, which may be another
+  // copy than this module's): the gauges show the control plane that answers the control calls,
+  // and every scrape carries this process's metrics.
+  const reporter = prototype as Partial<Pick<Server, "reportControlPlane" | "metricsText">>;
+  if (controlPlane !== null) reporter.reportControlPlane?.(controlPlane);
+  if (reporter.metricsText !== undefined) {
+    pool.metricsSource = () => reporter.metricsText!.call(prototype);
   }
 
   const channelServer: NetServer = createServer((socket) => pool.accept(socket));

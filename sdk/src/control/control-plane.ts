@@ -29,7 +29,12 @@ import {
   sleep,
 } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
-import { recordEvent, recordOperation, recordVolume } from "../telemetry/metrics.js";
+import {
+  recordEvent,
+  recordOperation,
+  recordVolume,
+  type ParticipantGauges,
+} from "../telemetry/metrics.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan, tracer } from "../telemetry/spans.js";
 import { Mutex } from "../util/mutex.js";
@@ -195,6 +200,19 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   /** Whether a restore's install is still running (it may outlive the restore's deadline). */
   get installing(): boolean {
     return this.#install !== null;
+  }
+
+  /** What the live gauges of `server` read from this control plane and its participant. */
+  gauges(server: string): ParticipantGauges {
+    const participant = this.participant;
+    return {
+      server,
+      kind: participant.kind,
+      phase: () => this.#phase,
+      admissionOpen: () => this.#phase === "idle" && this.#install === null,
+      blockers: () => participant.readiness().blocker_count,
+      counts: () => participant.readiness().counts,
+    };
   }
 
   /** The active checkpoint ID, or null. */

@@ -11,10 +11,10 @@ import {
   type Server as NetServer,
   type Socket,
 } from "node:net";
-import express, { Router, type Express, type Request } from "express";
+import express, { Router, type Express, type Request, type RequestHandler } from "express";
 import { pino, type Logger } from "pino";
 import { watchParticipant } from "../telemetry/metrics.js";
-import { metricsHandler, startTelemetry } from "../telemetry/setup.js";
+import { metricsHandler, prometheusText, startTelemetry } from "../telemetry/setup.js";
 import { requestTelemetry } from "./request-telemetry.js";
 import swaggerUi from "swagger-ui-express";
 import { z } from "zod";
@@ -136,6 +136,16 @@ export function resolveTelemetrySettings(
     .map((issue) => `telemetry.${issue.path.join(".")}: ${issue.message}`)
     .join("; ");
   throw new ConfigError(`invalid telemetry settings: ${problems}`);
+}
+
+/** Answers a scrape on a worker with the merged exposition its coordinator gathers. */
+function workerMetrics(link: WorkerLink): RequestHandler {
+  return (_req, res, next) => {
+    link.serverMetrics().then((text) => {
+      res.setHeader("content-type", "text/plain; version=0.0.4; charset=utf-8");
+      res.end(text);
+    }, next);
+  };
 }
 
 /**
@@ -309,6 +319,26 @@ export class Server<Config = unknown> {
   get participant(): Participant | null {
     this.app();
     return this.#participant;
+  }
+
+  /**
+   * Reports `controlPlane`'s phase, admission and counts as this server's gauges, in place of
+   * its own control plane's: a multi-worker server's coordinator builds the server once for its
+   * hooks, and the control plane that answers its control calls is another.
+   * @internal
+   */
+  reportControlPlane(controlPlane: ControlPlane): void {
+    this.app();
+    this.#unwatch?.();
+    this.#unwatch = watchParticipant(controlPlane.gauges(this.name));
+  }
+
+  /**
+   * This process's metrics as Prometheus text, or null when metrics are off.
+   * @internal
+   */
+  async metricsText(): Promise<string | null> {
+    return this.telemetrySettings.metrics ? await prometheusText() : null;
   }
 
   /** The control plane, once the app is built with checkpointing on and a participant. */
@@ -489,18 +519,15 @@ export class Server<Config = unknown> {
       }
       res.json({ status: "ready", name: this.name });
     });
-    if (telemetry.metrics) app.get(telemetry.metrics_path, metricsHandler);
+    if (telemetry.metrics) {
+      // A worker's scrape shows the whole server: its coordinator and every worker.
+      const worker = this.#worker;
+      if (worker !== null) worker.metricsSource = prometheusText;
+      app.get(telemetry.metrics_path, worker === null ? metricsHandler : workerMetrics(worker));
+    }
     const controlPlane = this.#controlPlane;
     if (controlPlane !== null) {
-      const participant = controlPlane.participant;
-      this.#unwatch = watchParticipant({
-        server: this.name,
-        kind: participant.kind,
-        phase: () => controlPlane.phase,
-        admissionOpen: () => controlPlane.phase === "idle" && !controlPlane.installing,
-        blockers: () => participant.readiness().blocker_count,
-        counts: () => participant.readiness().counts,
-      });
+      this.#unwatch = watchParticipant(controlPlane.gauges(this.name));
     }
     if (this.#controlRoutes) app.use(bodies);
     this.installKindMiddleware(app);

@@ -111,18 +111,21 @@ export interface ParticipantGauges {
 }
 
 const PHASES = ["idle", "preparing", "prepared", "committed", "restored"] as const;
-const watched = new Set<ParticipantGauges>();
+/** Server name → its gauges: one set per server in a process, the newest watch winning. */
+const watched = new Map<string, ParticipantGauges>();
 let gaugeProvider: MeterProvider | null = null;
 
 /**
  * Reports a participant's phase, admission, blockers and counts as gauges read at each
- * collection. Returns the function that stops reporting it.
+ * collection, in place of any participant watched before under the same server name (a
+ * multi-worker server's coordinator builds the server once for its hooks, then reports the
+ * participant that answers the control calls). Returns the function that stops reporting it.
  */
 export function watchParticipant(source: ParticipantGauges): () => void {
-  watched.add(source);
+  watched.set(source.server, source);
   ensureGauges();
   return () => {
-    watched.delete(source);
+    if (watched.get(source.server) === source) watched.delete(source.server);
   };
 }
 
@@ -134,7 +137,7 @@ export function ensureGauges(): void {
   const meter = provider.getMeter(SCOPE);
   const each = (read: (source: ParticipantGauges, result: ObservableResult) => void) => {
     return (result: ObservableResult): void => {
-      for (const source of watched) read(source, result);
+      for (const source of watched.values()) read(source, result);
     };
   };
   meter

@@ -8,7 +8,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { context, metrics, propagation, trace } from "@opentelemetry/api";
 import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
-import { PrometheusExporter } from "@opentelemetry/exporter-prometheus";
+import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import {
@@ -130,6 +130,19 @@ export function metricsHandler(req: IncomingMessage, res: ServerResponse): void 
     return;
   }
   exporter.getMetricsRequestHandler(req, res);
+}
+
+const serializer = new PrometheusSerializer();
+
+/**
+ * This process's metrics as Prometheus text (what {@link metricsHandler} serves), or null when
+ * telemetry is not started or the Prometheus reader is off.
+ */
+export async function prometheusText(): Promise<string | null> {
+  const exporter = installed?.prometheus ?? null;
+  if (exporter === null) return null;
+  const { resourceMetrics } = await exporter.collect();
+  return serializer.serialize(resourceMetrics);
 }
 
 /** Flushes and removes what {@link startTelemetry} installed (tests; a clean shutdown). */

@@ -52,10 +52,22 @@ export const ToolAccessSchema = z.discriminatedUnion("kind", [
 /** One tool access grant. */
 export type ToolAccess = z.infer<typeof ToolAccessSchema>;
 
+/** The longest agent session ID accepted: it travels in the session cookie, on every reply. */
+export const MAX_AGENT_SESSION_ID_LENGTH = 1024;
+
+/** A caller-assigned agent session ID: 1 to {@link MAX_AGENT_SESSION_ID_LENGTH} characters. */
+const AgentSessionIdSchema = z
+  .string()
+  .min(1)
+  .max(
+    MAX_AGENT_SESSION_ID_LENGTH,
+    `an agent session ID is at most ${MAX_AGENT_SESSION_ID_LENGTH} characters (it travels in the session cookie)`,
+  );
+
 /** `POST /v1/agent_sessions`: seed a session. */
 export const AgentSeedRequestSchema = z
   .strictObject({
-    agent_session_id: z.string().min(1),
+    agent_session_id: AgentSessionIdSchema,
     episode_id: EpisodeIdSchema,
     task_id: z.strictObject({ taskset: z.string(), task_id: z.string() }),
     tool_accesses: z
@@ -96,7 +108,7 @@ export type AgentSeedReply = z.infer<typeof AgentSeedReplySchema>;
 
 /** `POST /v1/agent_sessions/close`: close a session. */
 export const AgentCloseRequestSchema = z
-  .strictObject({ agent_session_id: z.string().min(1), episode_id: EpisodeIdSchema })
+  .strictObject({ agent_session_id: AgentSessionIdSchema, episode_id: EpisodeIdSchema })
   .meta({
     id: "AgentCloseRequest",
     example: { agent_session_id: "s1", episode_id: { rollout_id: "task-3", attempt: 0 } },

@@ -14,6 +14,7 @@ import { ConfigError } from "#sdk/errors.js";
 import { AgentServer } from "#sdk/server/agent-server.js";
 import type { RespondResult } from "#sdk/server/agent/agent-hooks.js";
 import type { ServerOptions } from "#sdk/server/server.js";
+import { MAX_AGENT_SESSION_ID_LENGTH } from "#sdk/wire/agent.js";
 import { flush, makeTempDir, removeTempDir } from "../../support/test-participant.js";
 import {
   CHECKPOINT_ON,
@@ -359,6 +360,26 @@ describe("close", () => {
       resources_cookies: null,
     });
     expect(agent.count("close:")).toBe(0);
+  });
+
+  it("refuses a session ID too long for its cookie with 422 naming the field, at seed and close", async () => {
+    const { agent, url } = await serve();
+    const long = "x".repeat(MAX_AGENT_SESSION_ID_LENGTH + 1);
+    for (const refused of [
+      await request(url).post(SEED).send(seedBody(long)),
+      await closeReq(url, long),
+    ]) {
+      expect(refused.status).toBe(422);
+      expect(refused.body.error.code).toBe("invalid_request");
+      expect(JSON.stringify(refused.body)).toContain("agent_session_id");
+      expect(refused.headers["set-cookie"]).toBeUndefined();
+    }
+    // The longest accepted ID seeds and closes, its cookie within what clients read.
+    const longest = "y".repeat(MAX_AGENT_SESSION_ID_LENGTH);
+    const seed = await request(url).post(SEED).send(seedBody(longest));
+    expect(seed.status).toBe(200);
+    expect((await closeReq(url, longest, ep("r"), cookieOf(seed))).status).toBe(200);
+    expect(agent.events).toEqual([`seed:${longest}`, `close:${longest}`]);
   });
 
   it("closing an unknown ID without a cookie stores an empty receipt; a later seed of it is already closed", async () => {

@@ -182,6 +182,20 @@ export class WorkerLink {
   }
 
   /**
+   * This worker's own metrics as Prometheus text (null: off), for the coordinator's merged
+   * scrape. Set by the server the link was built for: its telemetry is the one installed.
+   */
+  metricsSource: (() => Promise<string | null>) | null = null;
+
+  /**
+   * The Prometheus text of the whole server: the coordinator's and every live worker's
+   * metrics, each sample labelled with its process (`worker`).
+   */
+  async serverMetrics(): Promise<string> {
+    return String(await this.request("metrics", null));
+  }
+
+  /**
    * Sends a message of the participant's own to the coordinator and waits for its answer (no
    * time limit: the coordinator bounds what it waits for).
    * @throws GymError `checkpoint_coordinator_unavailable` when the coordinator is gone
@@ -294,6 +308,8 @@ export class WorkerLink {
       case "stop":
         for (const listener of this.#stopListeners) listener();
         return null;
+      case "metrics_text":
+        return (this.metricsSource?.() ?? Promise.resolve(null)).then((text) => text ?? "");
       case "cancel":
         this.#calls.get(body.call as number)?.abort(new Error("the coordinator gave up"));
         return null;

@@ -11,6 +11,7 @@ import { CheckpointError } from "../../errors.js";
 import type { JsonValue } from "../../json/json-value.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
 import type { JoinState, LostWorker, RegisterMessage, WorkerReport } from "./worker-messages.js";
+import { mergeExpositions, type ProcessExposition } from "../../telemetry/merge-exposition.js";
 
 /** A worker that registered and is still connected. */
 export interface Member {
@@ -57,6 +58,12 @@ export class WorkerPool {
   #nextCall = 1;
   /** Bumped at every membership change, so a worker never adopts an older view. */
   #epoch = 0;
+
+  /**
+   * The coordinator's own metrics as Prometheus text (null: off), merged into every scrape
+   * with the workers'. Set by whoever built the server (its telemetry is the one installed).
+   */
+  metricsSource: (() => Promise<string | null>) | null = null;
 
   constructor(expected: number, logger?: Logger) {
     this.expected = expected;
@@ -107,6 +114,8 @@ export class WorkerPool {
         case "report":
           if (member !== null) this.#coordination?.report(member, body as unknown as WorkerReport);
           return null;
+        case "metrics":
+          return this.#metrics();
         case "control": {
           // A GET carries no body: `undefined` does not travel, so the key is left out.
           const call = body as { operation: string; body?: unknown };
@@ -216,6 +225,18 @@ export class WorkerPool {
       ),
     );
     return members.map((member, i) => [member, answers[i]]);
+  }
+
+  /** The coordinator's metrics and every live worker's, as one exposition. */
+  async #metrics(): Promise<string> {
+    const own = (await this.metricsSource?.()) ?? null;
+    const answers = await this.tellAll("metrics_text");
+    const expositions: ProcessExposition[] =
+      own === null ? [] : [{ worker: "coordinator", text: own }];
+    for (const [member, text] of answers) {
+      if (typeof text === "string") expositions.push({ worker: String(member.index), text });
+    }
+    return mergeExpositions(expositions);
   }
 
   #lose(lost: LostWorker): void {
