@@ -113,6 +113,14 @@ export class DeploymentRun {
     });
   }
 
+  /** Each running server's name and the pid `gym serve` started it as (its workers are below it). */
+  serverPids(): Map<string, number> {
+    const state = JSON.parse(readFileSync(this.stateFile, "utf8")) as {
+      servers: Record<string, { pid: number }>;
+    };
+    return new Map(Object.entries(state.servers).map(([name, server]) => [name, server.pid]));
+  }
+
   /** The client of the running deployment. */
   get client(): ServerClient {
     if (this.#client === null) throw new Error("the deployment is not running");

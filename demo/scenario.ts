@@ -149,6 +149,8 @@ export async function runScenario(
      */
     readonly quickEvery?: number;
     readonly progress?: Progress;
+    /** Called just before and just after the commit and the restore (a bench's CPU figures). */
+    readonly phase?: (phase: "commit" | "restore", edge: "start" | "end") => void;
   },
 ): Promise<ScenarioReport> {
   const progress = options.progress ?? (() => undefined);
@@ -242,6 +244,7 @@ export async function runScenario(
   const scope = prepared.continued(inFlight);
   const checkpointDir = `${run.dir}/checkpoints/${checkpointId}`;
   progress("commit", `${scope.length} episodes continued`);
+  options.phase?.("commit", "start");
   const committedAt = performance.now();
   const commitSecondsByKind = slowestByKind();
   const committed = await commit(participants, {
@@ -252,6 +255,7 @@ export async function runScenario(
     onReply: commitSecondsByKind.record,
   });
   const commitSeconds = (performance.now() - committedAt) / 1000;
+  options.phase?.("commit", "end");
   const envExported = new Set(committed.counter_env?.episode_ids ?? []);
   const { cuts } = await run.backend<{ cuts: string[][] }>("GET", "/_ctl/cuts");
   const cutCalls = cuts.reduce((n, round) => n + round.length, 0);
@@ -281,6 +285,7 @@ export async function runScenario(
   await run.backend("POST", "/_ctl/release", {});
   const restoredParticipants = await run.participants();
   progress("restore", `restoring ${scope.length} episodes into the fresh processes`);
+  options.phase?.("restore", "start");
   const restoredAt = performance.now();
   const restoreSecondsByKind = slowestByKind();
   await restore(restoredParticipants, {
@@ -291,6 +296,7 @@ export async function runScenario(
     onReply: restoreSecondsByKind.record,
   });
   const restoreSeconds = (performance.now() - restoredAt) / 1000;
+  options.phase?.("restore", "end");
   progress("resume", "resume: admission reopens");
   await resume(restoredParticipants, checkpointId, Date.now() / 1000 + 60);
 

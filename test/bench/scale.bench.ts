@@ -4,7 +4,10 @@
  * Gym processes are killed, restored and resumed, and the replacements run. Prints prepare per
  * stage, commit and restore seconds, rollouts in flight, exported, and replacement failures, and
  * checks the contract (every rollout finished before the checkpoint or was exported; every
- * exported one completes after the restore). Figures only: nothing here asserts on time.
+ * exported one completes after the restore). Then the store baseline of the same run, and where
+ * the commit's and the restore's time went in each server (Linux: main-thread CPU, other
+ * threads' CPU, time queued for a core, idle). `--repeat N` runs it N times and prints medians
+ * and ranges. Figures only: nothing here asserts on time.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
@@ -12,11 +15,25 @@ import path from "node:path";
 import { Command } from "commander";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { runScenario } from "../../demo/scenario.js";
+import {
+  phaseCpu,
+  schedstatSupported,
+  snapshot,
+  type PhaseCpu,
+  type Snapshot,
+} from "./cpu-breakdown.js";
+import { median } from "./median.js";
 import { measureStoreBaseline, type StoreCost } from "./store-baseline.js";
 
 const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
-  .option("--dir <dir>", "run directory (default: a new temporary directory)")
+  .option("--dir <dir>", "run directory (default: a new temporary directory per run)")
+  .option(
+    "--repeat <n>",
+    "runs, each a fresh deployment; prints medians and ranges",
+    (v) => Number.parseInt(v, 10),
+    1,
+  )
   .option(
     "--quick-every <n>",
     "every n-th rollout finishes before the checkpoint (default 0: every rollout is held in flight)",
@@ -41,82 +58,136 @@ const options = new Command("bench:scale")
     cleanupTimeout?: number;
     quickEvery: number;
     workers: number;
+    repeat: number;
   }>();
 // Every rollout is sent at once: on two cores a session close queues behind thousands of others,
 // so the bound on cleanup calls grows with the load (it is there to catch a hung server).
 const cleanupTimeout = options.cleanupTimeout ?? 30 + options.rollouts / 100;
 
 const KINDS = ["environment", "model", "agent", "resources"] as const;
-const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
-const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
-if (options.workers > 1) {
-  // Every participant server; the fake inference backend stays one process.
-  const text = readFileSync(run.deploymentFile, "utf8").replace(
-    /^( +)kind: (environment|model|agent|resources)$/gm,
-    `$1kind: $2\n$1num_workers: ${options.workers}`,
-  );
-  writeFileSync(run.deploymentFile, text);
+type Phase = "commit" | "restore";
+
+/** What one run measured. */
+interface RunFigures {
+  readonly rows: [string, string][];
+  readonly problems: readonly string[];
+  readonly commitSeconds: number;
+  readonly restoreSeconds: number;
+  /** The store baseline per core: write (commit) and read (restore), in seconds; null: none. */
+  readonly baseline: { readonly write: number; readonly read: number } | null;
+  readonly cpu: Partial<Record<Phase, PhaseCpu[]>>;
 }
-let last = 0;
-let lastStage = "";
-try {
-  const report = await runScenario(run, {
-    rollouts: options.rollouts,
-    quickEvery: options.quickEvery,
-    // A new stage prints at once; a stage's counters (thousands of updates) every 2 s.
-    progress: (stage, detail) => {
-      if (stage !== lastStage || Date.now() - last > 2000) {
-        process.stderr.write(`${stage.padEnd(8)} ${detail ?? ""}\n`);
-        last = Date.now();
-        lastStage = stage;
-      }
-    },
-  });
-  const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
-  const rows: [string, string][] = [
-    ["rollouts", String(report.rollouts)],
-    ["workers per participant server", String(options.workers)],
-    ["cleanup_timeout_seconds", String(cleanupTimeout)],
-    ["in flight at the checkpoint", String(report.inFlight)],
-    ["exported", String(report.exported)],
-    ["generations cut", String(report.cutCalls)],
-    ["prepare environment (s)", s(report.prepareSeconds.environment)],
-    ["prepare model (s)", s(report.prepareSeconds.model)],
-    ["prepare agent (s)", s(report.prepareSeconds.agent)],
-    ["prepare resources (s)", s(report.prepareSeconds.resources)],
-    ["commit (s)", s(report.commitSeconds)],
-    ...KINDS.map((k): [string, string] => [`  commit ${k} (s)`, s(report.commitSecondsByKind[k])]),
-    ["restore (s)", s(report.restoreSeconds)],
-    ...KINDS.map((k): [string, string] => [
-      `  restore ${k} (s)`,
-      s(report.restoreSecondsByKind[k]),
-    ]),
-    ["replacement failures", String(report.replacementFailures)],
-    ["contract problems", String(report.problems.length)],
-  ];
+
+const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
+
+function table(rows: readonly [string, string][]): string {
   const width = Math.max(...rows.map(([k]) => k.length));
-  process.stdout.write(`${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`);
-  for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
-  await run.stop();
-  // The baseline runs with the deployment stopped: nothing else competes for the cores. The
-  // newest checkpoint is this run's (a reused --dir holds older ones too).
-  const checkpoints = path.join(dir, "checkpoints");
-  const newest = readdirSync(checkpoints)
-    .map((name) => path.join(checkpoints, name))
-    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
-  if (newest !== undefined) {
-    printBaseline(await measureStoreBaseline(newest), report.commitSeconds, report.restoreSeconds);
+  return `${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`;
+}
+
+/** Runs the scenario once on a fresh deployment and measures it. */
+async function runOnce(index: number): Promise<RunFigures> {
+  const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
+  const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
+  if (options.workers > 1) {
+    // Every participant server; the fake inference backend stays one process.
+    const text = readFileSync(run.deploymentFile, "utf8").replace(
+      /^( +)kind: (environment|model|agent|resources)$/gm,
+      `$1kind: $2\n$1num_workers: ${options.workers}`,
+    );
+    writeFileSync(run.deploymentFile, text);
   }
-  const ok = report.problems.length === 0;
-  // A temporary run directory (thousands of ledger files) goes with a clean run.
-  if (ok && options.dir === undefined) rmSync(dir, { recursive: true, force: true });
-  else process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
-  process.exit(ok ? 0 : 1);
-} catch (error) {
-  process.stderr.write(`bench failed: ${(error as Error).stack ?? String(error)}\n`);
-  process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
-  await run.stop().catch(() => undefined);
-  process.exit(1);
+  const measureCpu = schedstatSupported();
+  const starts: Partial<Record<Phase, Snapshot>> = {};
+  const cpu: Partial<Record<Phase, PhaseCpu[]>> = {};
+  let last = 0;
+  let lastStage = "";
+  try {
+    const report = await runScenario(run, {
+      rollouts: options.rollouts,
+      quickEvery: options.quickEvery,
+      // A new stage prints at once; a stage's counters (thousands of updates) every 2 s.
+      progress: (stage, detail) => {
+        if (stage !== lastStage || Date.now() - last > 2000) {
+          const prefix = options.repeat > 1 ? `[run ${index + 1}] ` : "";
+          process.stderr.write(`${prefix}${stage.padEnd(8)} ${detail ?? ""}\n`);
+          last = Date.now();
+          lastStage = stage;
+        }
+      },
+      phase: (phase, edge) => {
+        if (!measureCpu) return;
+        const now = snapshot(run.serverPids());
+        if (edge === "start") starts[phase] = now;
+        else if (starts[phase] !== undefined) cpu[phase] = phaseCpu(starts[phase], now);
+      },
+    });
+    const rows: [string, string][] = [
+      ["rollouts", String(report.rollouts)],
+      ["workers per participant server", String(options.workers)],
+      ["cleanup_timeout_seconds", String(cleanupTimeout)],
+      ["in flight at the checkpoint", String(report.inFlight)],
+      ["exported", String(report.exported)],
+      ["generations cut", String(report.cutCalls)],
+      ["prepare environment (s)", s(report.prepareSeconds.environment)],
+      ["prepare model (s)", s(report.prepareSeconds.model)],
+      ["prepare agent (s)", s(report.prepareSeconds.agent)],
+      ["prepare resources (s)", s(report.prepareSeconds.resources)],
+      ["commit (s)", s(report.commitSeconds)],
+      ...KINDS.map((k): [string, string] => [
+        `  commit ${k} (s)`,
+        s(report.commitSecondsByKind[k]),
+      ]),
+      ["restore (s)", s(report.restoreSeconds)],
+      ...KINDS.map((k): [string, string] => [
+        `  restore ${k} (s)`,
+        s(report.restoreSecondsByKind[k]),
+      ]),
+      ["replacement failures", String(report.replacementFailures)],
+      ["contract problems", String(report.problems.length)],
+    ];
+    await run.stop();
+    // The baseline runs with the deployment stopped: nothing else competes for the cores. The
+    // newest checkpoint is this run's (a reused --dir holds older ones too).
+    const checkpoints = path.join(dir, "checkpoints");
+    const newest = readdirSync(checkpoints)
+      .map((name) => path.join(checkpoints, name))
+      .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
+    const costs = newest === undefined ? [] : await measureStoreBaseline(newest);
+    const baseline = costs.length === 0 ? null : baselineOf(costs);
+    if (options.repeat === 1) {
+      process.stdout.write(table(rows));
+      for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
+      printBaseline(costs, report.commitSeconds, report.restoreSeconds);
+    }
+    // A temporary run directory (thousands of ledger files) goes with a clean run.
+    if (report.problems.length === 0 && options.dir === undefined) {
+      rmSync(dir, { recursive: true, force: true });
+    } else {
+      process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
+    }
+    return {
+      rows,
+      problems: report.problems,
+      commitSeconds: report.commitSeconds,
+      restoreSeconds: report.restoreSeconds,
+      baseline,
+      cpu,
+    };
+  } catch (error) {
+    process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
+    await run.stop().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The store baseline per core: its write CPU (a commit's floor) and read CPU (a restore's). */
+function baselineOf(costs: readonly StoreCost[]): { write: number; read: number } {
+  const cores = availableParallelism();
+  return {
+    write: costs.reduce((sum, c) => sum + c.writeCpuMs, 0) / 1000 / cores,
+    read: costs.reduce((sum, c) => sum + c.readCpuMs, 0) / 1000 / cores,
+  };
 }
 
 /**
@@ -131,23 +202,122 @@ function printBaseline(costs: StoreCost[], commitSeconds: number, restoreSeconds
     return;
   }
   const cores = availableParallelism();
-  const readMs = costs.reduce((sum, c) => sum + c.readCpuMs, 0);
-  const writeMs = costs.reduce((sum, c) => sum + c.writeCpuMs, 0);
+  const { read, write } = baselineOf(costs);
   const rows: [string, string][] = costs.map((c) => [
     `  ${c.participant} (${(c.bytes / 1e6).toFixed(1)} MB)`,
     `read ${c.readCpuMs.toFixed(0)} ms, write ${c.writeCpuMs.toFixed(0)} ms CPU`,
   ]);
   rows.push(
-    [
-      `  all, per ${cores} cores (s)`,
-      `read ${(readMs / 1000 / cores).toFixed(3)}, write ${(writeMs / 1000 / cores).toFixed(3)}`,
-    ],
-    ["commit / store write", `${(commitSeconds / (writeMs / 1000 / cores)).toFixed(2)}x`],
-    ["restore / store read", `${(restoreSeconds / (readMs / 1000 / cores)).toFixed(2)}x`],
+    [`  all, per ${cores} cores (s)`, `read ${read.toFixed(3)}, write ${write.toFixed(3)}`],
+    ["commit / store write", `${(commitSeconds / write).toFixed(2)}x`],
+    ["restore / store read", `${(restoreSeconds / read).toFixed(2)}x`],
   );
-  const width = Math.max(...rows.map(([k]) => k.length));
   process.stdout.write(
-    "store baseline (fresh process per participant, one at a time):\n" +
-      `${rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n")}\n`,
+    `store baseline (fresh process per participant, one at a time):\n${table(rows)}`,
   );
 }
+
+/** `median (min–max)` of some figures, with `digits` decimals. */
+function spread(values: readonly number[], digits = 3): string {
+  if (values.length === 1) return (values[0] ?? 0).toFixed(digits);
+  const low = Math.min(...values).toFixed(digits);
+  const high = Math.max(...values).toFixed(digits);
+  return `${median(values).toFixed(digits)} (${low}–${high})`;
+}
+
+/**
+ * Where each phase's time went, per server: seconds of main-thread CPU, of the other threads'
+ * CPU, queued for a core, and idle, with each phase's total CPU per core next to the wall time
+ * and the store baseline (medians over the runs when there are several).
+ */
+function printCpu(runs: readonly RunFigures[]): void {
+  if (!schedstatSupported()) {
+    process.stdout.write(
+      "CPU breakdown: not measured (needs Linux's /proc/<pid>/task/*/schedstat)\n",
+    );
+    return;
+  }
+  const cores = availableParallelism();
+  for (const phase of ["commit", "restore"] as const) {
+    const measured = runs.filter((r) => r.cpu[phase] !== undefined);
+    if (measured.length === 0) continue;
+    const servers = [...new Set(measured.flatMap((r) => r.cpu[phase]!.map((row) => row.server)))];
+    const of = (server: string, pick: (row: PhaseCpu) => number): number[] =>
+      measured.map((r) => {
+        const row = r.cpu[phase]!.find((candidate) => candidate.server === server);
+        return row === undefined ? 0 : pick(row);
+      });
+    const rows: [string, string][] = [["  server", "main CPU | other threads | queued | idle (s)"]];
+    for (const server of servers) {
+      rows.push([
+        `  ${server}`,
+        [
+          spread(of(server, (row) => row.mainCpu)),
+          spread(of(server, (row) => row.otherCpu)),
+          spread(of(server, (row) => row.mainQueued)),
+          spread(of(server, (row) => row.mainIdle)),
+        ].join(" | "),
+      ]);
+    }
+    const totalCpu = measured.map((r) =>
+      r.cpu[phase]!.reduce((sum, row) => sum + row.mainCpu + row.otherCpu, 0),
+    );
+    const mainCpu = measured.map((r) => r.cpu[phase]!.reduce((sum, row) => sum + row.mainCpu, 0));
+    const wall = measured.map((r) => (phase === "commit" ? r.commitSeconds : r.restoreSeconds));
+    const floor = measured
+      .map((r) =>
+        r.baseline === null ? null : phase === "commit" ? r.baseline.write : r.baseline.read,
+      )
+      .filter((x): x is number => x !== null);
+    rows.push(
+      ["  all servers: CPU, main threads (s)", spread(mainCpu)],
+      ["  all servers: CPU, every thread (s)", spread(totalCpu)],
+      [`  CPU per ${cores} cores (s)`, spread(totalCpu.map((x) => x / cores))],
+      [`  ${phase} wall time (s)`, spread(wall)],
+    );
+    if (floor.length > 0) {
+      rows.push([
+        `  store baseline, ${phase === "commit" ? "write" : "read"} per ${cores} cores (s)`,
+        spread(floor),
+      ]);
+    }
+    process.stdout.write(`${phase}: where the time went, per server\n${table(rows)}`);
+  }
+}
+
+const runs: RunFigures[] = [];
+try {
+  for (let index = 0; index < options.repeat; index++) runs.push(await runOnce(index));
+} catch (error) {
+  process.stderr.write(`bench failed: ${(error as Error).stack ?? String(error)}\n`);
+  process.exit(1);
+}
+if (options.repeat > 1) {
+  const ratio = (pick: (r: RunFigures) => number, floor: "write" | "read"): number[] =>
+    runs.filter((r) => r.baseline !== null).map((r) => pick(r) / r.baseline![floor]);
+  const rows: [string, string][] = [
+    ["runs", String(runs.length)],
+    ["rollouts", String(options.rollouts)],
+    ["workers per participant server", String(options.workers)],
+    ["commit (s)", spread(runs.map((r) => r.commitSeconds))],
+    ["restore (s)", spread(runs.map((r) => r.restoreSeconds))],
+    [
+      "commit / store write",
+      `${spread(
+        ratio((r) => r.commitSeconds, "write"),
+        2,
+      )}x`,
+    ],
+    [
+      "restore / store read",
+      `${spread(
+        ratio((r) => r.restoreSeconds, "read"),
+        2,
+      )}x`,
+    ],
+    ["contract problems", String(runs.reduce((sum, r) => sum + r.problems.length, 0))],
+  ];
+  process.stdout.write(`medians (min–max) over ${runs.length} runs:\n${table(rows)}`);
+}
+printCpu(runs);
+process.exit(runs.every((r) => r.problems.length === 0) ? 0 : 1);
