@@ -6,6 +6,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { REPO, gym } from "./gym-process.js";
+import { serverProcesses } from "./process-tree.js";
 import {
   ServerClient,
   discover,
@@ -91,8 +92,15 @@ export class DeploymentRun {
     this.#client = new ServerClient(this.#deployment, { dataConnectionsPerServer: 256 });
   }
 
+  /**
+   * The crash stops the Gym servers gracefully instead of killing them (for CPU profiles, which
+   * a process writes as it exits).
+   */
+  gracefulCrash = false;
+
   /** Kills every Gym server's process group at once: the crash (the backend survives). */
   async crash(): Promise<void> {
+    if (this.gracefulCrash) await this.#exitNow();
     const stopped = await gym(
       ["stop", "--kill", "--only", this.gymServers().join(","), "--state", this.stateFile],
       { env: this.env, timeoutMs: 120_000, compiled: this.compiled },
@@ -100,6 +108,39 @@ export class DeploymentRun {
     if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
     await this.#client?.close();
     this.#client = null;
+  }
+
+  /**
+   * Makes every Gym server process exit at once through its own exit path (a second stop
+   * signal exits without draining), so each writes its CPU profile; waits until all are gone.
+   */
+  async #exitNow(): Promise<void> {
+    const pids = [...serverProcesses(this.serverPids())]
+      .filter(([name]) => this.gymServers().includes(name))
+      .flatMap(([, tree]) => tree);
+    for (const pid of pids) {
+      // Two distinct signals are both delivered: the first starts the graceful stop, the
+      // second exits.
+      for (const signal of ["SIGINT", "SIGTERM"] as const) {
+        try {
+          process.kill(pid, signal);
+        } catch {
+          // gone already
+        }
+      }
+    }
+    const alive = (pid: number): boolean => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const deadline = Date.now() + 60_000;
+    while (pids.some(alive) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
   }
 
   /** Stops every server gracefully. */

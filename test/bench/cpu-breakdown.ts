@@ -9,6 +9,7 @@
  * over its processes (idle time too, so it can exceed the wall time).
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { serverProcesses } from "../../demo/process-tree.js";
 
 /** Whether this machine reports per-thread scheduler statistics. */
 export function schedstatSupported(): boolean {
@@ -47,39 +48,12 @@ function readSchedstat(pid: number, tid: number): { cpu: number; wait: number } 
   }
 }
 
-/** Every process's parent, read once per snapshot. */
-function parents(): Map<number, number> {
-  const parentOf = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      // The command name (field 2) may hold spaces: the fields after its `)` are fixed.
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      parentOf.set(Number(entry), Number(fields[1]));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return parentOf;
-}
-
-/** `root` and every process below it. */
-function processTree(root: number, parentOf: ReadonlyMap<number, number>): number[] {
-  const tree = [root];
-  for (let i = 0; i < tree.length; i++) {
-    for (const [pid, parent] of parentOf) if (parent === tree[i]) tree.push(pid);
-  }
-  return tree;
-}
-
 /** Reads the counters of each server (`name` → the pid `gym serve` started it as). */
 export function snapshot(servers: ReadonlyMap<string, number>): Snapshot {
-  const parentOf = parents();
   const counters = new Map<string, ServerCounters>();
-  for (const [name, root] of servers) {
+  for (const [name, pids] of serverProcesses(servers)) {
     const total: ServerCounters = { mainCpuNs: 0, mainWaitNs: 0, otherCpuNs: 0, processes: 0 };
-    for (const pid of processTree(root, parentOf)) {
+    for (const pid of pids) {
       let tids: string[];
       try {
         tids = readdirSync(`/proc/${pid}/task`);

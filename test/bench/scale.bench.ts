@@ -9,7 +9,15 @@
  * threads' CPU, time queued for a core, idle). `--repeat N` runs it N times and prints medians
  * and ranges. Figures only: nothing here asserts on time.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import path from "node:path";
 import { Command } from "commander";
@@ -23,11 +31,20 @@ import {
   type Snapshot,
 } from "./cpu-breakdown.js";
 import { median } from "./median.js";
+import { printProfiles, recordWindow, type PhaseWindow } from "./profile-window.js";
 import { measureStoreBaseline, type StoreCost } from "./store-baseline.js";
 
 const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
   .option("--dir <dir>", "run directory (default: a new temporary directory per run)")
+  .option(
+    "--node-args <args>",
+    "the servers' node_args instead of the deployment file's (space-separated, e.g. GC settings to compare)",
+  )
+  .option(
+    "--cpu-prof <dir>",
+    "write each server's CPU profile into <dir> (the crash then stops the servers gracefully) and print what ran during commit and restore",
+  )
   .option(
     "--repeat <n>",
     "runs, each a fresh deployment; prints medians and ranges",
@@ -59,6 +76,8 @@ const options = new Command("bench:scale")
     quickEvery: number;
     workers: number;
     repeat: number;
+    cpuProf?: string;
+    nodeArgs?: string;
   }>();
 // Every rollout is sent at once: on two cores a session close queues behind thousands of others,
 // so the bound on cleanup calls grows with the load (it is there to catch a hung server).
@@ -97,6 +116,25 @@ async function runOnce(index: number): Promise<RunFigures> {
     );
     writeFileSync(run.deploymentFile, text);
   }
+  if (options.nodeArgs !== undefined) {
+    const args = options.nodeArgs.split(/\s+/).filter((arg) => arg !== "");
+    const text = readFileSync(run.deploymentFile, "utf8").replace(
+      /node_args: &node_args \[[^\]]*\]/,
+      `node_args: &node_args ${JSON.stringify(args)}`,
+    );
+    writeFileSync(run.deploymentFile, text);
+  }
+  const profileDir = options.cpuProf === undefined ? null : path.resolve(options.cpuProf);
+  if (profileDir !== null) {
+    mkdirSync(profileDir, { recursive: true });
+    run.gracefulCrash = true;
+    const text = readFileSync(run.deploymentFile, "utf8").replace(
+      /node_args: &node_args \[([^\]]*)\]/,
+      `node_args: &node_args [$1, --cpu-prof, "--cpu-prof-dir=${profileDir}"]`,
+    );
+    writeFileSync(run.deploymentFile, text);
+  }
+  const windows: PhaseWindow[] = [];
   const measureCpu = schedstatSupported();
   const starts: Partial<Record<Phase, Snapshot>> = {};
   const cpu: Partial<Record<Phase, PhaseCpu[]>> = {};
@@ -116,6 +154,7 @@ async function runOnce(index: number): Promise<RunFigures> {
         }
       },
       phase: (phase, edge) => {
+        if (profileDir !== null) recordWindow(windows, phase, edge, run.serverPids());
         if (!measureCpu) return;
         const now = snapshot(run.serverPids());
         if (edge === "start") starts[phase] = now;
@@ -147,6 +186,7 @@ async function runOnce(index: number): Promise<RunFigures> {
       ["contract problems", String(report.problems.length)],
     ];
     await run.stop();
+    if (profileDir !== null) printProfiles(profileDir, windows);
     // The baseline runs with the deployment stopped: nothing else competes for the cores. The
     // newest checkpoint is this run's (a reused --dir holds older ones too).
     const checkpoints = path.join(dir, "checkpoints");
@@ -299,6 +339,7 @@ if (options.repeat > 1) {
     ["runs", String(runs.length)],
     ["rollouts", String(options.rollouts)],
     ["workers per participant server", String(options.workers)],
+    ["node_args", options.nodeArgs ?? "(the deployment file's)"],
     ["commit (s)", spread(runs.map((r) => r.commitSeconds))],
     ["restore (s)", spread(runs.map((r) => r.restoreSeconds))],
     [

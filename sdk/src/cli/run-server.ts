@@ -10,11 +10,12 @@ import { readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { pino, type Logger } from "pino";
+import type { Logger } from "pino";
 import { parse as parseYaml } from "yaml";
 import type { ListeningAddress, ServerOptions } from "../server/server.js";
 import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deployment.js";
 import { describeError } from "./output.js";
+import { processLogger } from "./process-logger.js";
 import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
 
 /** What a server module's default export must build: something that listens and closes. */
@@ -175,7 +176,7 @@ export async function startFromDeployment(
     );
   }
   const exported = await importServerModule(args.entrypoint);
-  const logger = args.logger ?? pino({ level: process.env.LOG_LEVEL ?? "info" });
+  const logger = args.logger ?? processLogger();
   const options: ServerOptions = {
     name: args.name,
     checkpoint: deployment.checkpoint,
@@ -237,7 +238,7 @@ export async function runServerProcess(argv: readonly string[]): Promise<void> {
     process.exitCode = 2;
     return;
   }
-  const logger = pino({ level: process.env.LOG_LEVEL ?? "info" });
+  const logger = processLogger();
   // Taken out of the environment: a worker gets it from its coordinator, nothing else needs it.
   const sessionSecret = takeEnv(process.env, SESSION_SECRET_ENV);
   let running: RunningServer;
@@ -333,7 +334,7 @@ export async function serveMain(
     return null;
   }
   const name = values.name ?? "server";
-  const logger = pino({ level: process.env.LOG_LEVEL ?? "info" });
+  const logger = processLogger();
   try {
     const config: unknown =
       values.config === undefined ? {} : parseYaml(readFileSync(values.config, "utf8"));

@@ -463,7 +463,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
    * this is the typed refusal instead of state nobody can use.
    */
   #refuseRetiredReplacements(episodes: readonly EpisodeId[]): void {
-    const retired = episodes.filter((e) => this.participant.retired.isRetired(nextAttempt(e)));
+    const marks = this.participant.retired;
+    // A fresh process (the usual restore) has no marks: nothing to look up per episode.
+    if (marks.size === 0) return;
+    // The replacement (attempt + 1) is retired when its rollout's mark reaches it.
+    const retired = episodes.filter((e) => (marks.markOf(e.rollout_id) ?? -1) > e.attempt);
     if (retired.length === 0) return;
     const keys = sortedCaptureKeys(retired.map(nextAttempt));
     const rollouts = [...new Set(retired.map((e) => e.rollout_id))].sort();
