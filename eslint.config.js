@@ -50,7 +50,7 @@ const layerRules = LAYERS.map((layer, index) => {
 });
 
 export default tseslint.config(
-  { ignores: ["**/dist/**", "**/node_modules/**", "openapi/**", "coverage/**"] },
+  { ignores: ["**/dist/**", "**/.api-work/**", "**/node_modules/**", "openapi/**", "coverage/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -18,7 +18,9 @@ import { Extractor, ExtractorConfig, type IConfigFile } from "@microsoft/api-ext
 import ts from "typescript";
 
 const SDK = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const DECLARATIONS = path.join(SDK, "dist", ".api-declarations");
+// Outside `dist`, which is packed: these are scratch files for the report only.
+const SCRATCH = path.join(SDK, ".api-work");
+const DECLARATIONS = path.join(SCRATCH, "declarations");
 
 /** Emits the SDK's declarations into {@link DECLARATIONS} the way a clean build would. */
 function emitDeclarations(): void {
@@ -82,7 +84,7 @@ for (const entry of ENTRY_POINTS) {
       enabled: true,
       reportFileName: `${entry.report}.api.md`,
       reportFolder: path.join(SDK, "api"),
-      reportTempFolder: path.join(SDK, "dist", ".api-report"),
+      reportTempFolder: path.join(SCRATCH, "report-temp"),
     },
     docModel: { enabled: false },
     dtsRollup: { enabled: false },

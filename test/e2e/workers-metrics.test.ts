@@ -9,8 +9,8 @@ import { request } from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { killEverything } from "./helpers.js";
-import { CounterDeployment, postFresh } from "./workers-harness.js";
+import { killEverything, stateServers } from "./helpers.js";
+import { childPids, CounterDeployment, postFresh } from "./workers-harness.js";
 
 const SESSIONS = 12;
 const dirs: string[] = [];
@@ -23,9 +23,12 @@ afterAll(async () => {
 });
 
 /** GETs a path over a connection of its own, so consecutive scrapes may reach other workers. */
-async function getFresh(url: string): Promise<{ status: number; text: string }> {
+async function getFresh(
+  url: string,
+  timeoutMs = 60_000,
+): Promise<{ status: number; text: string }> {
   return await new Promise((resolve, reject) => {
-    const req = request(url, { agent: false }, (res) => {
+    const req = request(url, { agent: false, timeout: timeoutMs }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (chunk: Buffer) => chunks.push(chunk));
       res.on("end", () =>
@@ -33,6 +36,7 @@ async function getFresh(url: string): Promise<{ status: number; text: string }> 
       );
     });
     req.on("error", reject);
+    req.on("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
     req.end();
   });
 }
@@ -121,6 +125,29 @@ describe("a counter with 2 workers", { timeout: 180_000 }, () => {
       );
       expect(prepares).toMatchObject({ value: 1, labels: { worker: "coordinator" } });
     }
+    // A worker that stops answering (SIGSTOP) is left out of scrapes after a bounded wait
+    // instead of hanging them: a scrape taken by the other worker still answers.
+    const coordinator = stateServers(run.stateFile)[0]?.pid ?? -1;
+    const [stuck] = childPids(coordinator);
+    expect(stuck).toBeDefined();
+    process.kill(stuck!, "SIGSTOP");
+    try {
+      let answered: Set<string | undefined> | null = null;
+      // A connection handed to the stopped worker is never answered; others are, within the
+      // coordinator's 5 s wait for the stuck worker.
+      for (let attempt = 0; attempt < 8 && answered === null; attempt++) {
+        const reply = await getFresh(`${run.url}/metrics`, 15_000).catch(() => null);
+        if (reply === null) continue;
+        expect(reply.status).toBe(200);
+        answered = new Set(samplesOf(reply.text).map((sample) => sample.labels.worker));
+      }
+      expect(answered).not.toBeNull();
+      expect(answered!.size).toBe(2);
+      expect(answered!.has("coordinator")).toBe(true);
+    } finally {
+      process.kill(stuck!, "SIGCONT");
+    }
+
     const resumed = await run.control("resume", {
       checkpoint_id: "metrics-1",
       deadline_ts: Date.now() / 1000 + 30,

@@ -1,7 +1,7 @@
 /**
  * What `npm pack` would publish, checked file by file: the license, README and changelog ship;
  * every `exports` target exists with `types`, `import` and `default` conditions; the bin is in
- * the tarball; every source map's sources ship beside it; build-info files stay out.
+ * the tarball; every source map's sources ship beside it; build-info and scratch files stay out.
  * (`npm run pack:check` adds publint and attw on the same tarballs.)
  */
 import { execFileSync } from "node:child_process";
@@ -64,6 +64,10 @@ describe("the gym-participant-sdk tarball", () => {
       expect(readFileSync(path.join(REPO, "sdk", file), "utf8")).toMatch(/^#!\/usr\/bin\/env node/);
     }
     expect([...files].filter((file) => file.endsWith(".tsbuildinfo"))).toEqual([]);
+    // Scratch output (e.g. the API report's declarations) lives in dot-directories: none ship.
+    expect(
+      [...files].filter((file) => file.split("/").some((part) => part.startsWith("."))),
+    ).toEqual([]);
     expect(readFileSync(path.join(REPO, "sdk", "LICENSE"), "utf8")).toMatch(
       /Apache License\s+Version 2\.0/,
     );

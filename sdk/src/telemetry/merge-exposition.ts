@@ -25,12 +25,19 @@ interface Family {
 /** The label that names a sample's process. */
 export const WORKER_LABEL = "worker";
 
-/** `name{a="b"} 1` → `name{worker="0",a="b"} 1`; `name 1` → `name{worker="0"} 1`. */
+/** A label block that already has the label (a raw `"` follows only a label name: values escape theirs). */
+const HAS_WORKER_LABEL = new RegExp(`[{,]${WORKER_LABEL}="`);
+
+/**
+ * `name{a="b"} 1` → `name{worker="0",a="b"} 1`; `name 1` → `name{worker="0"} 1`. A sample that
+ * already has a `worker` label (an author's own metric) keeps it: a label may appear only once.
+ */
 function labelled(sample: string, label: string): string {
   const brace = sample.indexOf("{");
   const space = sample.indexOf(" ");
   // Metric names hold neither `{` nor a space: the first of them ends the name.
   if (brace >= 0 && (space < 0 || brace < space)) {
+    if (HAS_WORKER_LABEL.test(sample.slice(brace))) return sample;
     const empty = sample[brace + 1] === "}";
     return `${sample.slice(0, brace + 1)}${label}${empty ? "" : ","}${sample.slice(brace + 1)}`;
   }

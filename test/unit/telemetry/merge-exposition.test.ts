@@ -58,4 +58,20 @@ describe("mergeExpositions", () => {
     expect(mergeExpositions([])).toBe("");
     expect(mergeExpositions([{ worker: "0", text: "" }])).toBe("");
   });
+
+  it("keeps a sample's own worker label rather than adding a second one", () => {
+    const own = [
+      "# TYPE jobs gauge",
+      'jobs{queue="q",worker="w7"} 2',
+      'jobs{note="worker=\\"x\\""} 1',
+      "",
+    ];
+    const merged = mergeExpositions([{ worker: "0", text: own.join("\n") }]);
+    expect(merged.split("\n")).toEqual([
+      "# TYPE jobs gauge",
+      'jobs{queue="q",worker="w7"} 2',
+      'jobs{worker="0",note="worker=\\"x\\""} 1',
+      "",
+    ]);
+  });
 });

@@ -13,6 +13,9 @@ import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js
 import type { JoinState, LostWorker, RegisterMessage, WorkerReport } from "./worker-messages.js";
 import { mergeExpositions, type ProcessExposition } from "../../telemetry/merge-exposition.js";
 
+/** How long a scrape waits for one worker's metrics (Prometheus' default scrape timeout is 10 s). */
+const METRICS_TIMEOUT_MS = 5_000;
+
 /** A worker that registered and is still connected. */
 export interface Member {
   readonly index: number;
@@ -211,14 +214,18 @@ export class WorkerPool {
   }
 
   /**
-   * Sends `kind` to every live worker and waits; a worker that fails is only logged (its
-   * answer is then undefined).
+   * Sends `kind` to every live worker and waits (at most `timeoutMs` each, null: no limit); a
+   * worker that fails or does not answer in time is only logged (its answer is then undefined).
    */
-  async tellAll(kind: string, body: object = {}): Promise<[Member, JsonValue | undefined][]> {
+  async tellAll(
+    kind: string,
+    body: object = {},
+    timeoutMs: number | null = null,
+  ): Promise<[Member, JsonValue | undefined][]> {
     const members = this.live();
     const answers = await Promise.all(
       members.map((member) =>
-        member.channel.call(kind, body, null).catch((error: unknown) => {
+        member.channel.call(kind, body, timeoutMs).catch((error: unknown) => {
           this.#log.warn({ err: error, worker: member.index }, `'${kind}' failed on a worker`);
           return undefined;
         }),
@@ -229,8 +236,12 @@ export class WorkerPool {
 
   /** The coordinator's metrics and every live worker's, as one exposition. */
   async #metrics(): Promise<string> {
-    const own = (await this.metricsSource?.()) ?? null;
-    const answers = await this.tellAll("metrics_text");
+    const own = await (this.metricsSource?.() ?? Promise.resolve(null)).catch((error: unknown) => {
+      this.#log.warn({ err: error }, "the coordinator's metrics failed");
+      return null;
+    });
+    // A stuck worker must not hang every scrape: its samples are left out of this one.
+    const answers = await this.tellAll("metrics_text", {}, METRICS_TIMEOUT_MS);
     const expositions: ProcessExposition[] =
       own === null ? [] : [{ worker: "coordinator", text: own }];
     for (const [member, text] of answers) {
