@@ -55,13 +55,26 @@ export type ToolAccess = z.infer<typeof ToolAccessSchema>;
 /** The longest agent session ID accepted: it travels in the session cookie, on every reply. */
 export const MAX_AGENT_SESSION_ID_LENGTH = 1024;
 
-/** A caller-assigned agent session ID: 1 to {@link MAX_AGENT_SESSION_ID_LENGTH} characters. */
+/**
+ * The most bytes an agent session ID may take as escaped JSON in UTF-8, as the cookie carries it:
+ * 1,024 control or astral characters escape to up to 6 KB, a cookie proxies refuse.
+ */
+const MAX_AGENT_SESSION_ID_BYTES = 2048;
+
+/**
+ * A caller-assigned agent session ID: 1 to {@link MAX_AGENT_SESSION_ID_LENGTH} characters and at
+ * most 2,048 bytes once escaped.
+ */
 const AgentSessionIdSchema = z
   .string()
   .min(1)
   .max(
     MAX_AGENT_SESSION_ID_LENGTH,
     `an agent session ID is at most ${MAX_AGENT_SESSION_ID_LENGTH} characters (it travels in the session cookie)`,
+  )
+  .refine(
+    (id) => Buffer.byteLength(JSON.stringify(id)) - 2 <= MAX_AGENT_SESSION_ID_BYTES,
+    `an agent session ID is at most ${MAX_AGENT_SESSION_ID_BYTES} bytes as escaped JSON (it travels in the session cookie)`,
   );
 
 /** `POST /v1/agent_sessions`: seed a session. */

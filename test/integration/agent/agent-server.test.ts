@@ -380,6 +380,19 @@ describe("close", () => {
     expect(seed.status).toBe(200);
     expect((await closeReq(url, longest, ep("r"), cookieOf(seed))).status).toBe(200);
     expect(agent.events).toEqual([`seed:${longest}`, `close:${longest}`]);
+    // IDs costly to encode (control or astral characters) are bounded by their escaped size
+    // too: what is accepted makes a cookie under 8 KB (a common proxy limit per header).
+    const control = await request(url)
+      .post(SEED)
+      .send(seedBody("\u0001".repeat(400)));
+    expect(control.status).toBe(422);
+    expect(JSON.stringify(control.body)).toContain("bytes as escaped JSON");
+    for (const costly of ["\u0001".repeat(341), "😀".repeat(512)]) {
+      const seeded = await request(url).post(SEED).send(seedBody(costly));
+      expect(seeded.status).toBe(200);
+      const header = seeded.headers["set-cookie"] as unknown as string[];
+      expect(header.join("").length).toBeLessThan(8192);
+    }
   });
 
   it("closing an unknown ID without a cookie stores an empty receipt; a later seed of it is already closed", async () => {
