@@ -385,6 +385,36 @@ describe("PolicyParticipant commit reply", () => {
     });
     expect(p.commitReply([])).toEqual({ staging_keys: [], staging_keys_by_episode: {} });
   });
+
+  it("sorts by code unit and drops repeats whether the keys arrive in order or not", () => {
+    const p = participant();
+    // In order already (the usual commit), then the same keys shuffled, repeated within one
+    // episode (a row and a cut naming one key) and across episodes.
+    const ordered = [
+      record(q0, [custodyRow("a", "q"), custodyRow("b", "q")]),
+      record(r0, [custodyRow("a", "r"), custodyRow("b", "r")]),
+    ];
+    const shuffled = [
+      record(
+        r0,
+        [custodyRow("b", "r"), custodyRow("a", "r"), custodyRow("B", "r")],
+        [cutOf("b", "r", ["r/b", "r/é"])],
+      ),
+      record(q0, [
+        custodyRow("b", "q"),
+        custodyRow("a", "q"),
+        custodyRow("a2", "r", { staging_key: "r/a" }),
+      ]),
+    ];
+    expect(p.commitReply(ordered)).toEqual({
+      staging_keys: ["q/a", "q/b", "r/a", "r/b"],
+      staging_keys_by_episode: { q: ["q/a", "q/b"], r: ["r/a", "r/b"] },
+    });
+    expect(p.commitReply(shuffled)).toEqual({
+      staging_keys: ["q/a", "q/b", "r/B", "r/a", "r/b", "r/é"],
+      staging_keys_by_episode: { r: ["r/B", "r/a", "r/b", "r/é"], q: ["q/a", "q/b", "r/a"] },
+    });
+  });
 });
 
 // ----------------------------------------------------------------------------------- install

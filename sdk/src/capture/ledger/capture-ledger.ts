@@ -71,7 +71,7 @@ export interface LedgerImport {
   readonly targetKey: string;
   /** The checkpointed attempt's key (an earlier attempt of the same rollout). */
   readonly sourceKey: string;
-  /** The checkpointed rows, in order; stamped with `sourceKey` on the way in. */
+  /** The checkpointed rows, in order; stamped with `sourceKey` when the ledger is written. */
   readonly rows: readonly LedgerRowInput[];
 }
 
@@ -391,12 +391,18 @@ export class CaptureLedger {
       for (const plan of plans) {
         if (plan.rows.length === 0) continue;
         const file = this.#path(plan.targetKey, "ledger");
-        const { targetKey, rows } = plan;
+        const { targetKey, rows, sourceKey } = plan;
         this.#deferred.defer(targetKey, {
           // Exclusively: another server sharing the directory that restored the same target may
-          // have written it first, and appended its replacement's rows since.
+          // have written it first, and appended its replacement's rows since. Stamped only here:
+          // the copies are made when the file is, not inside the restore.
           run: () =>
-            createFileSync(file, rows.map((row) => encodeRowLine(targetKey, row)).join("")),
+            createFileSync(
+              file,
+              stampRows(rows, sourceKey)
+                .map((row) => encodeRowLine(targetKey, row))
+                .join(""),
+            ),
           creates: true,
         });
       }
@@ -728,9 +734,10 @@ function partition(batch: readonly string[], removed: readonly boolean[]): Ledge
 
 interface ImportPlan {
   readonly targetKey: string;
+  readonly sourceKey: string;
   readonly target: EpisodeId;
   readonly source: EpisodeId;
-  /** The target ledger's rows, stamped and checked. */
+  /** The target ledger's rows, checked; stamped with `sourceKey` when the file is written. */
   readonly rows: readonly LedgerRowInput[];
 }
 
@@ -751,9 +758,13 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
       );
     }
     rollouts.add(target.rollout_id);
-    const stamped = stampRows(rows, sourceKey);
-    // Checked now, so a bad row fails the import before anything changes; encoded when written.
-    for (const row of stamped) checkRow(targetKey, row);
-    return { targetKey, target, source, rows: stamped };
+    // Checked now, so a bad row fails the import before anything changes; stamped and encoded
+    // when written. The stamp only sets a string field, so it cannot make a checked row fail,
+    // but it replaces an own `capture_key: undefined`, which the check alone would refuse.
+    for (const row of rows) {
+      const undefinedStamp = row.capture_key === undefined && "capture_key" in row;
+      checkRow(targetKey, undefinedStamp ? stampRows([row], sourceKey)[0] : row);
+    }
+    return { targetKey, sourceKey, target, source, rows };
   });
 }
