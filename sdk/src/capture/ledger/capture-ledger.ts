@@ -26,7 +26,7 @@ import {
   EmptyFileBatch,
   fileExistsSync,
   inSlices,
-  createFileSync,
+  createFileInodeSync,
   unlinkIfPresentSync,
 } from "./file-batch.js";
 import { RolloutIndex } from "./rollout-index.js";
@@ -396,13 +396,7 @@ export class CaptureLedger {
           // Exclusively: another server sharing the directory that restored the same target may
           // have written it first, and appended its replacement's rows since. Stamped only here:
           // the copies are made when the file is, not inside the restore.
-          run: () =>
-            createFileSync(
-              file,
-              stampRows(rows, sourceKey)
-                .map((row) => encodeRowLine(targetKey, row))
-                .join(""),
-            ),
+          run: () => this.#writeImported(targetKey, file, stampRows(rows, sourceKey)),
           creates: true,
         });
       }
@@ -571,6 +565,20 @@ export class CaptureLedger {
       }
     });
     return { failed, failure };
+  }
+
+  /**
+   * Creates the ledger file of an imported target as exactly `rows`, unless it exists, and
+   * caches what it wrote: the first read after a restore (often the next commit's export of
+   * every restored episode) then reads and parses none of these files again.
+   */
+  #writeImported(key: string, file: string, rows: readonly LedgerRowInput[]): void {
+    const lines = rows.map((row) => encodeRowLine(key, row));
+    const text = lines.join("");
+    const ino = createFileInodeSync(file, text);
+    if (ino === null) return;
+    const parsed = lines.map((line) => decodeRowLine(key, line.slice(0, -1)));
+    this.#cache.wrote(key, ino, Buffer.byteLength(text), parsed);
   }
 
   async #append(

@@ -1,4 +1,12 @@
-import { closeSync, linkSync, openSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  fstatSync,
+  linkSync,
+  openSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { setImmediate as nextTurn } from "node:timers/promises";
 
 /** When a slice of synchronous file operations hands the event loop a turn. */
@@ -112,20 +120,30 @@ export function fileExistsSync(file: string): boolean {
  * created, so a retry does not find a torn file and take it for done.
  */
 export function createFileSync(file: string, text: string): boolean {
+  return createFileInodeSync(file, text) !== null;
+}
+
+/**
+ * {@link createFileSync} that returns the inode of the file it created (null: it existed), so
+ * the caller can remember what it wrote without a `stat` of its own.
+ */
+export function createFileInodeSync(file: string, text: string): number | null {
   let fd: number;
   try {
     fd = openSync(file, "wx");
   } catch (error) {
-    if (isCode(error, "EEXIST")) return false;
+    if (isCode(error, "EEXIST")) return null;
     throw error;
   }
+  let ino: number;
   try {
     writeFileSync(fd, text);
+    ({ ino } = fstatSync(fd));
   } catch (error) {
     closeSync(fd);
     unlinkIfPresentSync(file);
     throw error;
   }
   closeSync(fd);
-  return true;
+  return ino;
 }

@@ -86,6 +86,14 @@ export class RowCache {
   }
 
   /**
+   * Records the rows of a ledger file this process just created as `size` bytes with inode
+   * `ino`: the next read parses only what others appended since, if anything.
+   */
+  wrote(key: string, ino: number, size: number, rows: readonly LedgerRow[]): void {
+    this.#entries.set(key, { ino, size, rows });
+  }
+
+  /**
    * Records a row this process appended as one line of `lineBytes` bytes, leaving the file
    * `sizeAfter` bytes long. When the file is not exactly the cached bytes plus that line (another
    * process appended too), the entry is dropped and the next read parses the file again.
