@@ -219,6 +219,8 @@ describe("importRecords validates the whole batch before touching a file", () =>
       InvalidLedgerRowError,
     ],
     [{ targetKey: "r-a1", sourceKey: "r", rows: [{ nope: 1 }] }, InvalidLedgerRowError],
+    [{ targetKey: "r-a1", sourceKey: "r", rows: [null] }, InvalidLedgerRowError],
+    [{ targetKey: "r-a1", sourceKey: "r", rows: ["c0"] }, InvalidLedgerRowError],
   ] as const)("refuses %j", async (bad, type) => {
     await plantDeadExecution();
     const before = await listDir(dir);

@@ -770,7 +770,11 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
     // when written. The stamp only sets a string field, so it cannot make a checked row fail,
     // but it replaces an own `capture_key: undefined`, which the check alone would refuse.
     for (const row of rows) {
-      const undefinedStamp = row.capture_key === undefined && "capture_key" in row;
+      const undefinedStamp =
+        typeof row === "object" &&
+        row !== null &&
+        "capture_key" in row &&
+        row.capture_key === undefined;
       checkRow(targetKey, undefinedStamp ? stampRows([row], sourceKey)[0] : row);
     }
     return { targetKey, sourceKey, target, source, rows };
