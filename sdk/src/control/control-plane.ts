@@ -826,11 +826,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
     // A refusal of the request itself (not of the cut): the checkpoint may still commit.
     this.participant.checkCommit(request.episode_ids);
-    if (request.episode_ids !== null) {
+    const restarts = request.episode_ids === null ? [] : this.participant.readiness().restarts;
+    if (request.episode_ids !== null && restarts.length > 0) {
       // The restarts are few, the scope may be thousands: look each restart up in the scope.
       const inScope = captureKeySet(request.episode_ids);
-      const restarts = new Set(this.participant.readiness().restarts);
-      const offending = [...restarts].filter((key) => inScope.has(key)).sort();
+      const offending = [...new Set(restarts)].filter((key) => inScope.has(key)).sort();
       if (offending.length > 0) throw CheckpointError.restartInScope(offending);
     }
     // Before the write exists: refused now, the same ID may still commit to a fresh directory.

@@ -294,9 +294,10 @@ export class CoordinatedParticipant extends Participant {
   ): Promise<RecordBase[]> {
     // Claims are refused while closed: the held records cannot move during the export. Each is
     // exported as its replacement's, as one process exports a restored episode not yet begun.
+    const inScope = scope === null || this.#held.size === 0 ? null : captureKeySet(scope);
     const held: RecordBase[] = [];
     for (const [key, record] of this.#held) {
-      if (scope !== null && !captureKeySet(scope).has(key)) continue;
+      if (inScope !== null && !inScope.has(key)) continue;
       held.push({ ...record, episode_id: episodeIdToWire(fromCaptureKey(key)) } as RecordBase);
     }
     // Stored lines, encoded by each worker, unless a hook here reads the records' contents.
