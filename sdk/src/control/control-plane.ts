@@ -11,6 +11,7 @@ import {
   sortedCaptureKeys,
   type EpisodeId,
 } from "../identity/episode-id.js";
+import { captureKeySet, scopeDigest } from "../identity/scope-keys.js";
 import {
   readCheckpoint,
   readStoredCheckpoint,
@@ -104,12 +105,13 @@ interface WriteState<R extends RecordBase> {
   cleanupRunning: boolean;
 }
 
-function scopeKeyOf(episodes: readonly EpisodeId[] | null): string {
-  return episodes === null ? "null" : JSON.stringify(sortedCaptureKeys(episodes));
-}
-
+/**
+ * What a retried commit or restore must repeat: its directory and its scope's digest (cached per
+ * parsed scope, so the write's own comparison reuses it). The directory's JSON ends at its
+ * closing quote, so the two cannot run into each other; the digest is not escaped a second time.
+ */
 function argsOf(dir: string, episodes: readonly EpisodeId[] | null): string {
-  return JSON.stringify([dir, scopeKeyOf(episodes)]);
+  return `${JSON.stringify(dir)} ${scopeDigest(episodes)}`;
 }
 
 /** The latest attempt named per rollout, so each rollout is stopped once. */
@@ -508,7 +510,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         checkpointDir: request.checkpoint_dir,
         kind: this.participant.kind,
         instance: this.instance,
-        scope: new Set(request.episode_ids.map(captureKey)),
+        scope: captureKeySet(request.episode_ids),
       };
       // A coordinator reads the lines as stored: its workers validate them.
       const installStored = this.participant.installStored?.bind(this.participant) ?? null;
@@ -785,7 +787,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   /** Starts or joins this checkpoint's write, refusing what a commit refuses. Under the lock. */
   #joinWrite(request: CommitRequest): WriteState<R> {
     const id = request.checkpoint_id;
-    const scopeKey = scopeKeyOf(request.episode_ids);
+    const scopeKey = scopeDigest(request.episode_ids);
     let write = this.#write;
     if (write !== null && write.checkpointId !== id) write = this.#write = null;
     if (write !== null) {
@@ -824,9 +826,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
     // A refusal of the request itself (not of the cut): the checkpoint may still commit.
     this.participant.checkCommit(request.episode_ids);
-    if (request.episode_ids !== null) {
-      const restarts = new Set(this.participant.readiness().restarts);
-      const offending = sortedCaptureKeys(request.episode_ids).filter((key) => restarts.has(key));
+    const restarts = request.episode_ids === null ? [] : this.participant.readiness().restarts;
+    if (request.episode_ids !== null && restarts.length > 0) {
+      // The restarts are few, the scope may be thousands: look each restart up in the scope.
+      const inScope = captureKeySet(request.episode_ids);
+      const offending = [...new Set(restarts)].filter((key) => inScope.has(key)).sort();
       if (offending.length > 0) throw CheckpointError.restartInScope(offending);
     }
     // Before the write exists: refused now, the same ID may still commit to a fresh directory.
@@ -855,10 +859,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   }
 
   #startCleanup(write: WriteState<R>, scope: readonly EpisodeId[]): Promise<void> {
-    const inScope = new Set(scope.map(captureKey));
     write.cleanupRunning = true;
     const task = (async () => {
       const pending = await this.participant.restoredPending();
+      // Nothing restored waits here (the usual commit): the scope is not even looked at.
+      if (pending.length === 0) return;
+      const inScope = captureKeySet(scope);
       const unscoped = pending.filter((episode) => !inScope.has(captureKey(episode)));
       await forEachConcurrently(
         latestPerRollout(unscoped),

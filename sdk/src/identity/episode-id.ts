@@ -34,8 +34,16 @@ export class InvalidEpisodeIdError extends Error {
   }
 }
 
+/**
+ * A valid rollout ID in one test: {@link SAFE_ID_PATTERN} not ending with the attempt suffix.
+ * Why: every entry of a scope of thousands of episodes is checked, often by code still cold;
+ * one regex test per ID instead of two.
+ */
+const VALID_ROLLOUT_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*(?<!-a[1-9][0-9]*)$/;
+
 /** The reason `rolloutId` is not a valid rollout ID, or null when it is. */
 export function rolloutIdProblem(rolloutId: string): string | null {
+  if (VALID_ROLLOUT_ID.test(rolloutId)) return null;
   if (rolloutId.length === 0) return "the rollout ID is empty";
   if (!SAFE_ID_PATTERN.test(rolloutId)) {
     return "a rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$";
@@ -109,14 +117,18 @@ export function parseEpisodeId(value: unknown): EpisodeId {
  */
 export function episodeIdFromWire(value: unknown): EpisodeId | null {
   if (value === null || typeof value !== "object" || Array.isArray(value)) return null;
-  const keys = Object.keys(value);
   const { rollout_id: rolloutId, attempt = 0 } = value as {
     rollout_id?: unknown;
     attempt?: unknown;
   };
-  if (keys.length > 2 || keys.some((key) => key !== "rollout_id" && key !== "attempt")) return null;
-  if (typeof rolloutId !== "string" || rolloutIdProblem(rolloutId) !== null) return null;
+  if (typeof rolloutId !== "string" || !VALID_ROLLOUT_ID.test(rolloutId)) return null;
   if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 0) return null;
+  // A plain loop, not `some` with a closure: this runs per entry of a scope, mostly cold.
+  const keys = Object.keys(value);
+  if (keys.length > 2) return null;
+  for (let i = 0; i < keys.length; i++) {
+    if (keys[i] !== "rollout_id" && keys[i] !== "attempt") return null;
+  }
   return mint(rolloutId, attempt);
 }
 
@@ -171,7 +183,24 @@ export function episodeIdToWire(e: EpisodeId): { rollout_id: string; attempt: nu
   return { rollout_id: e.rollout_id, attempt: e.attempt };
 }
 
-/** Sorted, de-duplicated capture keys of a list of episodes. */
+/**
+ * Sorted, de-duplicated capture keys of a list of episodes (by UTF-16 code units, as
+ * `Array.prototype.sort` orders strings). Keys already in strictly ascending order, as a
+ * controller's scope and records exported in key order usually are, are returned as listed:
+ * one pass checks the order, nothing is sorted.
+ */
 export function sortedCaptureKeys(episodes: Iterable<EpisodeId>): string[] {
-  return [...new Set([...episodes].map(captureKey))].sort();
+  // A fresh array either way: returned as listed or sorted, it is the caller's.
+  return sortedUniqueKeys(Array.from(episodes, captureKey)) as string[];
+}
+
+/**
+ * `keys` sorted and de-duplicated: `keys` itself when already strictly ascending (checked in
+ * one pass), else a sorted copy without duplicates.
+ */
+export function sortedUniqueKeys(keys: readonly string[]): readonly string[] {
+  for (let i = 1; i < keys.length; i++) {
+    if (!((keys[i - 1] as string) < (keys[i] as string))) return [...new Set(keys)].sort();
+  }
+  return keys;
 }

@@ -7,6 +7,8 @@ import path from "node:path";
 import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
+import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { captureKeySet } from "#sdk/identity/scope-keys.js";
 import { decodeJson } from "#sdk/json/json-value.js";
 import {
   InjectedError,
@@ -387,5 +389,56 @@ describe("stop", () => {
     expect(manifestPresent).toBe(true);
     expect(logs.join("\n")).toContain("park_exported failed");
     cp.close();
+  });
+});
+
+describe("the scope is keyed once per request", () => {
+  /** A participant holding nothing, whose export filters by the shared key set. */
+  class HoldingNothing extends TestParticipant {
+    override async export(scope: readonly EpisodeId[] | null): Promise<TestRecord[]> {
+      if (scope !== null) captureKeySet(scope);
+      return [];
+    }
+  }
+
+  /** A scope of `n` episodes that counts how often its entries are read. */
+  function countedScope(n: number): { scope: EpisodeId[]; reads: () => number } {
+    let reads = 0;
+    const listed = Array.from({ length: n }, (_, i) => episodeId(`task-${i}`));
+    const scope = new Proxy(listed, {
+      get(target, property, receiver) {
+        if (typeof property === "string" && /^\d+$/.test(property)) reads += 1;
+        return Reflect.get(target, property, receiver) as unknown;
+      },
+    });
+    return { scope, reads: () => reads };
+  }
+
+  it("reads each scope entry once across the digest, the restart check and the participant's filter", async () => {
+    const participant = new HoldingNothing();
+    const cp = new ControlPlane<TestRecord>(participant, { instance: "inst" });
+    try {
+      await prepareReady(cp, "k1");
+      const { scope, reads } = countedScope(50);
+      const request = { ...commitReq("k1", dir, null), episode_ids: scope };
+      const reply = await cp.commit(request);
+      expect(reply.episode_ids).toEqual([]);
+      expect(reads()).toBe(50);
+      // A retry of the same parsed request compares the cached digest: nothing read again.
+      await cp.commit(request);
+      expect(reads()).toBe(50);
+    } finally {
+      cp.close();
+    }
+  });
+
+  it("answers a retry naming the same scope in another order as the same commit", async () => {
+    parked({ a: 1, b: 2 });
+    await prepareReady(h.cp, "k1");
+    const first = await h.cp.commit(commitReq("k1", dir, ["b", "a"]));
+    const again = await h.cp.commit(commitReq("k1", dir, ["a", "b", "a"]));
+    expect(again).toEqual(first);
+    expect(h.participant.callsOf("export")).toHaveLength(1);
+    await expectCode(h.cp.commit(commitReq("k1", dir, ["a"])), "checkpoint_conflict");
   });
 });

@@ -7,12 +7,8 @@
  */
 import type { z } from "zod";
 import { CheckpointError, EpisodeError } from "../../errors.js";
-import {
-  captureKey,
-  episodeIdToWire,
-  fromCaptureKey,
-  type EpisodeId,
-} from "../../identity/episode-id.js";
+import { episodeIdToWire, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
+import { captureKeySet, captureKeysOf } from "../../identity/scope-keys.js";
 import type { JsonValue } from "../../json/json-value.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
@@ -274,7 +270,7 @@ export class CoordinatedParticipant extends Participant {
 
   override async markRetired(episodes: readonly EpisodeId[]): Promise<void> {
     this.retired.mark(episodes);
-    await this.#pool.callAll("mark", () => ({ episodes }));
+    await this.#pool.callAll("mark", () => ({ episode_keys: captureKeysOf(episodes) }));
   }
 
   override async checkForget(rolloutIds: readonly string[]): Promise<void> {
@@ -298,7 +294,7 @@ export class CoordinatedParticipant extends Participant {
   ): Promise<RecordBase[]> {
     // Claims are refused while closed: the held records cannot move during the export. Each is
     // exported as its replacement's, as one process exports a restored episode not yet begun.
-    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const inScope = scope === null || this.#held.size === 0 ? null : captureKeySet(scope);
     const held: RecordBase[] = [];
     for (const [key, record] of this.#held) {
       if (inScope !== null && !inScope.has(key)) continue;
@@ -308,7 +304,14 @@ export class CoordinatedParticipant extends Participant {
     const encoded =
       isBaseDefault(this.#prototype, "commitReply") &&
       isBaseDefault(this.#prototype, "parkExported");
-    const parts = await this.#pool.callAll("export", () => ({ scope, encoded }), signal);
+    // The scope as the capture keys already computed here: each worker decodes them without
+    // keying them again (see `scopeFromCaptureKeys`).
+    const scopeKeys = scope === null ? null : captureKeysOf(scope);
+    const parts = await this.#pool.callAll(
+      "export",
+      () => ({ scope_keys: scopeKeys, encoded }),
+      signal,
+    );
     const exported = parts.flatMap((part) =>
       encoded ? decodeExport(part) : (part as unknown as RecordBase[]),
     );
@@ -421,7 +424,7 @@ export class CoordinatedParticipant extends Participant {
     for (const item of placed) shares.get(aliases.get(ownerOf(item))!)!.push(item);
     this.#aliases = aliases;
     const head = {
-      scope: scope as unknown as JsonValue,
+      scope_keys: captureKeysOf(scope) as JsonValue,
       aliases: [...aliases] as unknown as JsonValue,
       claims: this.#claimable(),
     };

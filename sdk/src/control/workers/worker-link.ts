@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto";
 import { connect } from "node:net";
 import { pino, type Logger } from "pino";
 import { GymError } from "../../errors.js";
-import { parseEpisodeId, type EpisodeId } from "../../identity/episode-id.js";
+import { parseEpisodeId } from "../../identity/episode-id.js";
+import { scopeFromCaptureKeys } from "../../identity/scope-keys.js";
 import type { JsonValue } from "../../json/json-value.js";
 import type { Operation } from "../../wire/control.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
@@ -56,10 +57,6 @@ function storedLinesOf(bytes: Buffer): Buffer[] {
     start = end + 1;
   }
   return lines;
-}
-
-function episodesOf(value: unknown): EpisodeId[] {
-  return (value as unknown[]).map((item) => parseEpisodeId(item));
 }
 
 /**
@@ -318,7 +315,7 @@ export class WorkerLink {
       case "open":
         return this.#open(body.generation as number);
       case "mark":
-        return this.#need().markRetired(episodesOf(body.episodes));
+        return this.#need().markRetired(scopeFromCaptureKeys(body.episode_keys as string[]));
       case "check_forget":
         return this.#need().checkForget(body.rollout_ids as string[]);
       case "forget":
@@ -329,7 +326,8 @@ export class WorkerLink {
         );
       case "export":
         return this.#withSignal(body, async (signal) => {
-          const scope = body.scope === null ? null : episodesOf(body.scope);
+          const keys = body.scope_keys as string[] | null;
+          const scope = keys === null ? null : scopeFromCaptureKeys(keys);
           const records = await this.#need().export(scope, signal);
           return body.encoded === true ? encodeExport(records) : records;
         });
@@ -352,7 +350,11 @@ export class WorkerLink {
                   const stored = decodeStoredLine(line);
                   return participant.recordFromStored(stored.value, stored.episode_id);
                 });
-          return participant.install(records, episodesOf(head.scope), signal);
+          return participant.install(
+            records,
+            scopeFromCaptureKeys(head.scope_keys as string[]),
+            signal,
+          );
         });
       }
       case "restored_pending":

@@ -5,6 +5,12 @@
  * `restore_manifest`, `install`, `restored_pending`, `delete_restored`, `cancel`, `membership`,
  * `stop`.
  *
+ * Episode lists the coordinator sends (`export` and `install`'s `scope_keys`, `mark`'s
+ * `episode_keys`) are capture keys, in the order and with the duplicates of the request: the
+ * coordinator keyed the parsed scope once already, and a worker decodes the keys once
+ * (`scopeFromCaptureKeys`) without keying them again. A single episode (`retire`,
+ * `delete_restored`) and the lists workers send back stay `{rollout_id, attempt}` objects.
+ *
  * @see docs/workers.md
  */
 import type { JsonValue } from "../../json/json-value.js";

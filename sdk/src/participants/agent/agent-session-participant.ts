@@ -19,6 +19,7 @@ import {
   sameEpisode,
   type EpisodeId,
 } from "../../identity/episode-id.js";
+import { captureKeySet } from "../../identity/scope-keys.js";
 import { EpisodeAlreadyRunningError } from "../../steps/episode-errors.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
@@ -602,7 +603,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
   ): Promise<AgentSessionRecord[]> {
-    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const inScope = scope === null ? null : captureKeySet(scope);
     const chosen = [...this.#tracked]
       .filter(
         (s) =>

@@ -19,6 +19,7 @@ import {
   parseEpisodeId,
   type EpisodeId,
 } from "../../identity/episode-id.js";
+import { captureKeySet } from "../../identity/scope-keys.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import type { PrepareReport } from "../../wire/control.js";
 import { assertJsonValue, JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
@@ -224,7 +225,7 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     scope: readonly EpisodeId[] | null,
     _signal: AbortSignal,
   ): Promise<EnvironmentRecord[]> {
-    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    const inScope = scope === null ? null : captureKeySet(scope);
     // Sorted by capture key, each computed once (not twice per comparison).
     const keyed: { key: string; record: EnvironmentRecord }[] = [];
     for (const [key, boundary] of this.steps.exported()) {

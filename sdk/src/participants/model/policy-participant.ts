@@ -17,6 +17,7 @@ import {
   nextAttempt,
   type EpisodeId,
 } from "../../identity/episode-id.js";
+import { captureKeysOf } from "../../identity/scope-keys.js";
 import {
   GenerationCutRecordSchema,
   generationCutRecordFromWire,
@@ -332,7 +333,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     }
     const latest = new Map([...newest].map(([key, { record }]) => [key, record]));
     const records: ModelRecord[] = [];
-    const keys = scope.map(captureKey);
+    const keys = captureKeysOf(scope);
     const rowsOf = await ledger.exportRowsOf(keys, undelivered);
     for (const [i, episode] of scope.entries()) {
       const key = keys[i] as string;

@@ -11,6 +11,7 @@ import {
   sameEpisode,
   type EpisodeId,
 } from "../../identity/episode-id.js";
+import { captureKeySet } from "../../identity/scope-keys.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
@@ -469,8 +470,9 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
   ): Promise<ResourcesRecord[]> {
-    if (this.mode !== "exported") return [];
-    const inScope = scope === null ? null : new Set(scope.map(captureKey));
+    // Nothing held (a stateless server, or no session live): the scope is not even looked at.
+    if (this.mode !== "exported" || this.#sessions.size === 0) return [];
+    const inScope = scope === null ? null : captureKeySet(scope);
     const candidates = new Map<string, EpisodeId>();
     for (const [id, bound] of this.#sessions) {
       if (this.#refused.has(id)) continue;
@@ -575,8 +577,11 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   override markRetired(episodes: readonly EpisodeId[]): void {
     this.retired.mark(episodes);
     // Fence the attempts' sessions before anything awaits, so a retire cut short still refuses them.
-    for (const episode of episodes) {
-      for (const id of this.#sessionsUpTo(episode)) this.#fence(id, episode.rollout_id);
+    // None held (a stateless server, a fresh process at restore): no lookup per episode.
+    if (this.#sessions.size > 0) {
+      for (const episode of episodes) {
+        for (const id of this.#sessionsUpTo(episode)) this.#fence(id, episode.rollout_id);
+      }
     }
     this.notify();
   }

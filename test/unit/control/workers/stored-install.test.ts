@@ -14,9 +14,10 @@ import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-partici
 import { WorkerLink } from "#sdk/control/workers/worker-link.js";
 import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
-import { episodeId } from "#sdk/identity/episode-id.js";
+import { episodeId, fromCaptureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
+import { captureKeysOf } from "#sdk/identity/scope-keys.js";
 import { writeRecordsAs } from "../../../support/craft-checkpoint.js";
-import { TestParticipant, restoreReq } from "../../../support/test-participant.js";
+import { TestParticipant, commitReq, req, restoreReq } from "../../../support/test-participant.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {
@@ -101,5 +102,29 @@ describe("restore through a coordinator", () => {
     expect(pending.sort((x, y) => y.length - x.length)).toEqual([["a-a1", "b-a1"], []]);
     const installed = workers.flatMap((w) => [...w.pending.values()].map((p) => p.payload));
     expect(installed).toEqual([{ n: 1 }, { n: 2 }]);
+  });
+});
+
+describe("scopes sent to the workers", () => {
+  it("reach every worker as the request named them (order and duplicates kept), for export, install and marks", async () => {
+    const { plane, workers } = await server(2);
+    const dir = await checkpoint([{ episode_id: episodeId("a", 0), payload: { n: 1 } }]);
+    const named = ["b", "a", "c-a2", "a"];
+    await plane.restore(restoreReq("c1", dir, named));
+    for (const worker of workers) {
+      const [install] = worker.callsOf("install");
+      const scope = install?.args[1] as readonly EpisodeId[];
+      expect(scope).toEqual(named.map(fromCaptureKey));
+      // Decoded from keys, the scope is keyed already: its keys are the ones sent.
+      expect(captureKeysOf(scope)).toEqual(named);
+      expect(worker.retired.markOf("c")).toBe(2);
+      expect(worker.retired.markOf("a")).toBe(0);
+    }
+    await plane.resume(req("c1"));
+    await plane.prepare(req("c2"));
+    await plane.commit(commitReq("c2", path.join(tempDir(), "out"), ["z-a1", "a-a1", "z-a1"]));
+    for (const worker of workers) {
+      expect(worker.detailsOf("export")).toEqual([JSON.stringify(["z-a1", "a-a1", "z-a1"])]);
+    }
   });
 });

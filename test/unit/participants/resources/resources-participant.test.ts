@@ -252,6 +252,23 @@ describe("ResourcesParticipant modes", () => {
     expect(p.isOpen("gone")).toBe(false);
     expect((await p.export(null, signal())).map((r) => r.session_id)).toEqual(["a", "b"]);
   });
+
+  it("holding no session, exports without looking at a single scope entry", async () => {
+    // Every entry read throws: a server holding nothing must answer from its own state alone.
+    const untouchable = new Proxy([episodeId("a"), episodeId("b")], {
+      get(target, property, receiver) {
+        if (typeof property === "string" && /^\d+$/.test(property)) {
+          throw new Error(`scope entry ${property} read`);
+        }
+        return Reflect.get(target, property, receiver) as unknown;
+      },
+    });
+    for (const mode of ["stateless", "exported", "restart_only"] as const) {
+      const p = make({ mode });
+      p.closeAdmission(prepare);
+      expect(await p.export(untouchable, signal())).toEqual([]);
+    }
+  });
 });
 
 describe("ResourcesParticipant restore", () => {
