@@ -56,6 +56,7 @@ export {
   assertJsonValue,
   decodeJson,
   encodeJson,
+  frozenJson,
 } from "./json/json-value.js";
 export type { JsonValue } from "./json/json-value.js";
 

@@ -5,7 +5,12 @@
  * @module
  */
 import { z } from "zod";
-import type { BoundarySnapshot, CookieJar, JsonValue } from "gym-participant-sdk";
+import {
+  frozenJson,
+  type BoundarySnapshot,
+  type CookieJar,
+  type JsonValue,
+} from "gym-participant-sdk";
 
 /** A Responses input or output item, as JSON. */
 export type Item = Record<string, unknown>;
@@ -192,7 +197,8 @@ export function loadLoopState(boundary: JsonValue): LoopState {
       .join("; ");
     throw new Error(`the restored turn-loop boundary is invalid: ${problems}`);
   }
-  const b = parsed.data;
+  // Frozen once, so the restored items are like the ones the loop freezes as it goes.
+  const b = frozenJson(parsed.data);
   return {
     step: b.step,
     pendingTools: b.pending_tools,
@@ -212,6 +218,11 @@ export function loadLoopState(boundary: JsonValue): LoopState {
 /**
  * The loop's state as of now, built only when a checkpoint exports it. Values are pinned now:
  * lists by length (they only grow), everything else by reference (replaced, never mutated).
+ *
+ * Cheap at export: nothing is copied but a list that grew past its pinned length. A session is
+ * parked from its export until the checkpoint resumes, and the commit writes it before then,
+ * so its lists are normally still the length they were pinned at. Their items are frozen (see
+ * {@link runTurnLoop}), so the commit writes them without checking them again.
  */
 export function snapshotOf(s: LoopState): BoundarySnapshot {
   const step = s.step;
@@ -229,17 +240,22 @@ export function snapshotOf(s: LoopState): BoundarySnapshot {
     ({
       step,
       pending_tools: pendingTools,
-      new_outputs: s.newOutputs.slice(0, outputs),
+      new_outputs: pinned(s.newOutputs, outputs),
       usage,
       last_model_response: last,
-      model_server_cookies: { ...modelCookies },
-      resources_server_cookies: { ...resourcesCookies },
-      turns: s.turns.slice(0, turns),
-      question_outputs: s.questionOutputs.slice(0, turns),
-      tool_records: s.toolRecords.slice(0, tools),
-      model_calls: s.modelCalls.slice(0, calls),
-      gaps: s.gaps.slice(0, gaps),
+      model_server_cookies: modelCookies,
+      resources_server_cookies: resourcesCookies,
+      turns: pinned(s.turns, turns),
+      question_outputs: pinned(s.questionOutputs, turns),
+      tool_records: pinned(s.toolRecords, tools),
+      model_calls: pinned(s.modelCalls, calls),
+      gaps: pinned(s.gaps, gaps),
     }) as unknown as JsonValue;
+}
+
+/** The first `length` items of a list that only grows: the list itself while it has no more. */
+function pinned<T>(list: readonly T[], length: number): readonly T[] {
+  return list.length === length ? list : list.slice(0, length);
 }
 
 /** The trajectory of a finished loop; each turn's question is the input plus its outputs. */
@@ -277,9 +293,11 @@ export function withTrajectory(
     turns: trajectory.turns,
     tool_calls: trajectory.tool_calls,
   }));
-  return {
+  // Frozen: the session's observations are exported at every commit until it closes, and a
+  // frozen copy is checked once. The previous bundle's parts, frozen already, are not copied.
+  return frozenJson({
     source: "simple_agent",
     records: [...(bundle?.records ?? []), ...records],
     gaps: [...(bundle?.gaps ?? []), ...trajectory.gaps],
-  };
+  } satisfies ObservationBundle);
 }

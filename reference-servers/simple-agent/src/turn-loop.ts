@@ -7,7 +7,12 @@
  * @module
  */
 import { z } from "zod";
-import type { ActivationContext, CookieJar, ResponsesCreateRequest } from "gym-participant-sdk";
+import {
+  frozenJson,
+  type ActivationContext,
+  type CookieJar,
+  type ResponsesCreateRequest,
+} from "gym-participant-sdk";
 import {
   freshLoopState,
   snapshotOf,
@@ -103,7 +108,9 @@ export function normalizedInput(body: ResponsesCreateRequest): Item[] {
 /** Runs one activation's turn loop. */
 export async function runTurnLoop(input: TurnLoopInput): Promise<TurnLoopResult> {
   const { activation } = input;
-  const original = normalizedInput(input.body);
+  // Frozen once here, like every item the loop keeps (replies, turns, tool records): the
+  // boundaries and trajectories holding them share them, and commits write them unchecked.
+  const original = frozenJson(normalizedInput(input.body));
   const s = input.continuation ?? freshLoopState({ ...input.resourcesCookies });
   const collect = input.collectTrajectory;
   let status: "completed" | "incomplete" = "completed";
@@ -121,7 +128,7 @@ export async function runTurnLoop(input: TurnLoopInput): Promise<TurnLoopResult>
       s.modelCookies = reply.cookies;
       // Usage accumulates across calls; the kept reply must not count its call twice.
       s.usage = addUsage(s.usage, reply.response.usage);
-      let response: Item = { ...reply.response, usage: null };
+      let response: Item = frozenJson({ ...reply.response, usage: null });
       const output = response.output as Item[];
       s.newOutputs.push(...output);
       s.lastResponse = response;
@@ -206,18 +213,20 @@ async function runTool(
     if (reply.status < 200 || reply.status >= 300) errorType = `http_${reply.status}`;
   }
   if (collect) {
-    s.toolRecords.push({
-      turn: s.step,
-      call_id: call.call_id,
-      name: call.name,
-      arguments: call.arguments,
-      status: errorType === null ? "completed" : "failed",
-      error_type: errorType,
-      started_at: new Date(started).toISOString(),
-      duration_ms: Date.now() - started,
-    });
+    s.toolRecords.push(
+      frozenJson({
+        turn: s.step,
+        call_id: call.call_id,
+        name: call.name,
+        arguments: call.arguments,
+        status: errorType === null ? "completed" : "failed",
+        error_type: errorType,
+        started_at: new Date(started).toISOString(),
+        duration_ms: Date.now() - started,
+      }),
+    );
   }
-  return { type: "function_call_output", call_id: call.call_id, output };
+  return frozenJson({ type: "function_call_output", call_id: call.call_id, output });
 }
 
 function parseArguments(
@@ -238,13 +247,15 @@ function recordTurn(s: LoopState, response: Item, output: Item[], questionOutput
   } else {
     s.modelCalls.push({ turn: s.step, response_id: id });
   }
-  s.turns.push({
-    turn: s.step,
-    answer: output.filter((item) => item.type !== "reasoning"),
-    reasoning: output.filter((item) => item.type === "reasoning").flatMap(reasoningTexts),
-    tool_call_count: s.newOutputs.filter((item) => item.type === "function_call").length,
-    model_call: id,
-  });
+  s.turns.push(
+    frozenJson({
+      turn: s.step,
+      answer: output.filter((item) => item.type !== "reasoning"),
+      reasoning: output.filter((item) => item.type === "reasoning").flatMap(reasoningTexts),
+      tool_call_count: s.newOutputs.filter((item) => item.type === "function_call").length,
+      model_call: id,
+    }),
+  );
   s.questionOutputs.push(questionOutputs);
 }
 

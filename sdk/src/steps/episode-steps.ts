@@ -486,6 +486,16 @@ export class EpisodeSteps {
     return new Map(episodes.map((e) => [e.key, e.boundary]));
   }
 
+  /**
+   * What {@link exported} maps, visited in no particular order: for a caller that orders its
+   * records itself, so a commit sorts them once (not once here and again there).
+   */
+  forEachExported(visit: (key: string, boundary: JsonValue | null) => void): void {
+    for (const e of this.#capturable) {
+      if (e.retired === null && !e.restart) visit(e.key, e.boundary);
+    }
+  }
+
   /** Sorted capture keys of restarts not being retired; never capped. */
   restarts(): string[] {
     return [...this.#restarts].sort(byKey).map((e) => e.key);

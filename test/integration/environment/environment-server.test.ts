@@ -288,6 +288,39 @@ describe("checkpoints", () => {
     expect((await status(url)).restored_pending).toEqual([]);
   });
 
+  it("a boundary that is not JSON fails the commit with 422 naming the episode and the path", async () => {
+    const release = deferred<void>();
+    class Dated extends EnvironmentServer {
+      static override checkpointBoundaries = true;
+      protected override async runEpisode({ steps }: RunEpisodeInput): Promise<EpisodeOutcome> {
+        await steps.boundary({ next: "seed", at: new Date(0) } as unknown as JsonValue);
+        await steps.step("replay", () => release.promise);
+        return { result: null };
+      }
+    }
+    const server = new Dated({ name: "env", checkpoint: on, ...silent });
+    started.push(server);
+    const { url } = await server.listen({ port: 0 });
+    const reply = track(run(url, { episode_id: { rollout_id: "r" } }));
+    await expect.poll(() => server.participant?.steps.stateOf("r"), poll).toBe("replay_step");
+    const prepared = await control(url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    expect(prepared.body.report.ready).toBe(true);
+    const dir = await makeTempDir();
+    dirs.push(dir);
+    const refused = await control(url, "commit", {
+      checkpoint_id: "c1",
+      checkpoint_dir: dir,
+      episode_ids: null,
+    }).expect(422);
+    expect(refused.body.error.code).toBe("invalid_checkpoint_state");
+    expect(refused.body.error.detail).toMatch(
+      /episode 'r' is not JSON: \$\.boundary\.at: a Date is not JSON/,
+    );
+    await control(url, "resume", { checkpoint_id: "c1" }).expect(200);
+    release.resolve();
+    expect((await reply.value).status).toBe(200);
+  });
+
   it("a retired attempt's late /run is refused with stale_attempt until forget", async () => {
     const { server, url } = await serve();
     server.hold("verify");

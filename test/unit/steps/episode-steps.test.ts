@@ -694,6 +694,11 @@ describe("exported", () => {
       ["first-replay", null],
       ["parked", { next: 2 }],
     ]);
+    // The same episodes, unsorted, for a caller that sorts its records once itself.
+    const visited: [string, JsonValue | null][] = [];
+    steps.forEachExported((key, boundary) => visited.push([key, boundary]));
+    expect(visited.sort(([a], [b]) => (a < b ? -1 : 1))).toEqual([...steps.exported()]);
+    expect(visited[1]?.[1]).toBe(steps.exported().get("parked"));
   });
 });
 

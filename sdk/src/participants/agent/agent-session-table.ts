@@ -19,7 +19,7 @@ import {
   type AgentCloseReply,
   type AgentSeedRequest,
 } from "../../wire/agent.js";
-import type { JsonValue } from "../../json/json-value.js";
+import { frozenJson, NotJsonError, type JsonValue } from "../../json/json-value.js";
 import {
   isLegacySessionKey,
   type AgentSessionHooks,
@@ -196,7 +196,8 @@ export class AgentSessionTable<State> {
         return;
       }
       if (seed.hadCookie) throw new DetailError(409, "Agent session cookie has expired");
-      const entry = new AgentSessionEntry<State>(key, seed.episode, seed.request, undefined);
+      const request = frozenCopy(seed.request);
+      const entry = new AgentSessionEntry<State>(key, seed.episode, request, undefined);
       const built = await seed.build();
       entry.state = built.state;
       if ("failure" in built) {
@@ -335,8 +336,10 @@ export class AgentSessionTable<State> {
       // /run has no bundle, so its loop keeps the trajectory in the reply.
       const native = entry?.native === true;
       const response = indexed && native ? withoutTrajectory(result.response) : result.response;
-      const stored: StoredActivationReply = { response, cookies: { ...(result.cookies ?? {}) } };
+      let stored: StoredActivationReply = { response, cookies: { ...(result.cookies ?? {}) } };
       if (entry !== null && running !== null) {
+        // Kept, it is exported with the session at every commit until the next activation.
+        if (indexed) stored = frozenCopy(stored);
         entry.completedActivation = running.index;
         entry.completedReply = indexed ? stored : null;
         running.reply.resolve(stored);
@@ -402,6 +405,21 @@ export class AgentSessionTable<State> {
 /** The `activation-<n>` invocation ID of an activation (`root` for the first). */
 export function invocationId(activations: number): string {
   return activations <= 1 ? "root" : `activation-${activations}`;
+}
+
+/**
+ * The table's own frozen copy of a value it keeps and exports with the session (the seed
+ * request, a kept reply), validated as it is copied: commits export it without walking it
+ * again, and the objects it was copied from stay their holders'. A value that is not JSON is
+ * kept as it is: the commit then fails naming the path, as for any session value.
+ */
+function frozenCopy<T>(value: T): T {
+  try {
+    return frozenJson(value);
+  } catch (error) {
+    if (error instanceof NotJsonError) return value;
+    throw error;
+  }
 }
 
 function withoutTrajectory(response: Record<string, unknown>): Record<string, unknown> {

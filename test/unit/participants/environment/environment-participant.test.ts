@@ -1,10 +1,12 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { CheckpointError } from "#sdk/errors.js";
-import { GymError } from "#sdk/errors.js";
+import { CheckpointStateError, GymError } from "#sdk/errors.js";
+import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   EnvironmentParticipant,
   type AdmittedEpisode,
+  type EnvironmentRecord,
 } from "#sdk/participants/environment/environment-participant.js";
 import { taskDigest } from "#sdk/participants/environment/task-digest.js";
 import type { PrepareRequest } from "#sdk/wire/control.js";
@@ -37,6 +39,40 @@ describe("EnvironmentParticipant", () => {
     expect(p.steps.has("r-a2")).toBe(true);
     e.end();
     expect(p.steps.has("r-a2")).toBe(false);
+  });
+
+  it("exports boundaries without walking them: the records writer checks each once, naming the path", async () => {
+    const p = new EnvironmentParticipant();
+    const live = begin(p, "r-a2");
+    p.closeAdmission(PREPARE);
+    const turns = Array.from({ length: 50 }, (_, i) => ({ turn: i, text: `t${i}` }));
+    const parked = live.boundary({ next: "verify", turns, at: new Date(0) } as never);
+    await tick();
+    const values = vi.spyOn(Object, "values");
+    let records;
+    try {
+      records = await p.export(null, new AbortController().signal);
+      // Not one of the boundary's 52 objects was walked at export.
+      expect(values.mock.calls.length).toBe(0);
+    } finally {
+      values.mockRestore();
+    }
+    expect(records).toHaveLength(1);
+    let refused: unknown;
+    try {
+      encodeRecordLine(records[0] as EnvironmentRecord);
+    } catch (error) {
+      refused = error;
+    }
+    expect(refused).toBeInstanceOf(CheckpointStateError);
+    expect((refused as CheckpointStateError).status).toBe(422);
+    expect((refused as CheckpointStateError).captureKey).toBe("r-a2");
+    expect((refused as CheckpointStateError).detail).toMatch(
+      /episode 'r-a2' is not JSON: \$\.boundary\.at: a Date is not JSON/,
+    );
+    p.openAdmission();
+    await parked;
+    live.end();
   });
 
   it("refuses a duplicate /run without touching the live episode", async () => {
