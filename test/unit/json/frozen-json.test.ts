@@ -10,6 +10,7 @@ import {
 import { CheckpointStateError } from "#sdk/errors.js";
 import { fromCaptureKey } from "#sdk/identity/episode-id.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
+import { objectsWalked } from "../../support/objects-walked.js";
 
 /** A conversation-like value: many small objects, as agent sessions and boundaries are. */
 function conversation(turns: number): JsonValue {
@@ -21,17 +22,6 @@ function conversation(turns: number): JsonValue {
     })),
     usage: { input_tokens: 12, output_tokens: 34 },
   };
-}
-
-/** How many objects the validation walk visits (it reads each object's values once). */
-function objectsWalked(fn: () => unknown): number {
-  const values = vi.spyOn(Object, "values");
-  try {
-    fn();
-    return values.mock.calls.length;
-  } finally {
-    values.mockRestore();
-  }
 }
 
 function record(key: string, boundary: unknown) {

@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CheckpointStateError } from "#sdk/errors.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import { encodeJson } from "#sdk/json/json-value.js";
@@ -8,6 +8,7 @@ import {
 } from "#sdk/participants/agent/agent-session-table.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import type { AgentSeedRequest } from "#sdk/wire/agent.js";
+import { objectsWalked } from "../../support/objects-walked.js";
 
 const EPISODE = episodeId("r", 0);
 
@@ -19,17 +20,6 @@ function seedRequest(): AgentSeedRequest {
     tool_accesses: [],
     sandbox_access: null,
   };
-}
-
-/** How many objects the validation walk visits (it reads each object's values once). */
-function objectsWalked(fn: () => unknown): number {
-  const values = vi.spyOn(Object, "values");
-  try {
-    fn();
-    return values.mock.calls.length;
-  } finally {
-    values.mockRestore();
-  }
 }
 
 function tableWith(key: string): {

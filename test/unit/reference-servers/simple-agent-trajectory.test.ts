@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { encodeJson, frozenJson } from "#sdk/json/json-value.js";
 import {
   freshLoopState,
@@ -9,17 +9,7 @@ import {
   type Item,
   type LoopState,
 } from "../../../reference-servers/simple-agent/src/trajectory.js";
-
-/** How many objects the validation walk visits (it reads each object's values once). */
-function objectsWalked(fn: () => unknown): number {
-  const values = vi.spyOn(Object, "values");
-  try {
-    fn();
-    return values.mock.calls.length;
-  } finally {
-    values.mockRestore();
-  }
-}
+import { objectsWalked } from "../../support/objects-walked.js";
 
 /** A loop state after `turns` model calls, its items frozen as the turn loop freezes them. */
 function loopAfter(turns: number): LoopState {
