@@ -19,6 +19,19 @@ const REFERENCE = path.join(REPO, "reference-servers");
 /** The control token the reference deployment uses unless GYM_CONTROL_TOKEN says otherwise. */
 export const CONTROL_TOKEN = "demo-token";
 
+/** How a {@link DeploymentRun} varies the reference deployment. */
+export interface DeploymentRunOptions {
+  /** A YAML file under reference-servers/ (entrypoints relative to it) instead of `deployment.yaml`. */
+  readonly variant?: string;
+  /**
+   * The built CLI and the reference servers' `dist/` entrypoints, started by plain Node
+   * (faster; needs `npm run build`). Only for variants made of reference servers.
+   */
+  readonly compiled?: boolean;
+  /** `num_workers` of every participant server (the inference backend stays one process); built. */
+  readonly workers?: number;
+}
+
 /** The reference deployment, copied into a run directory with absolute entrypoints. */
 export class DeploymentRun {
   readonly deploymentFile: string;
@@ -36,12 +49,28 @@ export class DeploymentRun {
     readonly dir: string,
     /** Extra environment for the deployment file's `${VAR}` references (and the servers). */
     env: NodeJS.ProcessEnv = {},
+    options: DeploymentRunOptions = {},
   ) {
     mkdirSync(dir, { recursive: true });
-    const text = readFileSync(path.join(REFERENCE, "deployment.yaml"), "utf8").replaceAll(
-      "entrypoint: ",
-      `entrypoint: ${REFERENCE}/`,
-    );
+    let text = readFileSync(
+      path.join(REFERENCE, options.variant ?? "deployment.yaml"),
+      "utf8",
+    ).replaceAll("entrypoint: ", `entrypoint: ${REFERENCE}/`);
+    const workers = options.workers ?? 1;
+    if (workers > 1) {
+      // Three processes per server start at once: the built CLI and servers start in about half
+      // the time (no TypeScript loader in each process), and a loaded machine gets longer to see
+      // every worker healthy.
+      this.serveFlags = ["--health-timeout", "120s"];
+      text = text.replace(
+        /^( +)kind: (environment|agent|resources|model)$/gm,
+        `$1kind: $2\n$1num_workers: ${workers}`,
+      );
+    }
+    if (options.compiled === true || workers > 1) {
+      this.compiled = true;
+      text = text.replace(/\/src\/index\.ts$/gm, "/dist/index.js");
+    }
     this.deploymentFile = path.join(dir, "deployment.yaml");
     writeFileSync(this.deploymentFile, text);
     this.stateFile = path.join(dir, "run.json");

@@ -4,7 +4,7 @@
  * function (self time), the top functions per server. The window's bounds and V8's sample
  * times are both read from the monotonic clock, so they compare across processes.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { serverProcesses } from "../../demo/process-tree.js";
 
@@ -81,26 +81,43 @@ function selfTimes(profile: CpuProfile, startUs: number, endUs: number): Map<str
   return times;
 }
 
+function windowJson(window: PhaseWindow): object {
+  return { ...window, pids: Object.fromEntries(window.pids) };
+}
+
 /** Prints, per phase and server, the functions that took the most CPU in the window. */
 export function printProfiles(dir: string, windows: readonly PhaseWindow[]): void {
   // CPU.<date>.<time>.<pid>.<tid>.<seq>.cpuprofile
   const files = readdirSync(dir).filter((name) => name.endsWith(".cpuprofile"));
   const pidOf = (name: string): number => Number(name.split(".")[3]);
+  // The windows next to the profiles, for a closer look at them afterwards.
+  writeFileSync(path.join(dir, "windows.json"), JSON.stringify(windows.map(windowJson), null, 1));
   for (const window of windows) {
     if (window.endUs === null) continue;
     const ms = ((window.endUs - window.startUs) / 1000).toFixed(0);
     process.stdout.write(`${window.phase} (${ms} ms): self time by function, per server\n`);
     for (const [server, pids] of window.pids) {
       const times = new Map<string, number>();
-      for (const file of files.filter((name) => pids.includes(pidOf(name)))) {
-        const profile = JSON.parse(readFileSync(path.join(dir, file), "utf8")) as CpuProfile;
-        for (const [key, value] of selfTimes(profile, window.startUs, window.endUs)) {
-          times.set(key, (times.get(key) ?? 0) + value);
+      // Per process too: with several workers, the coordinator (the server's own pid, listed
+      // first) and each worker.
+      const perProcess: string[] = [];
+      for (const pid of pids) {
+        let own = 0;
+        for (const file of files.filter((name) => pidOf(name) === pid)) {
+          const profile = JSON.parse(readFileSync(path.join(dir, file), "utf8")) as CpuProfile;
+          for (const [key, value] of selfTimes(profile, window.startUs, window.endUs)) {
+            times.set(key, (times.get(key) ?? 0) + value);
+            own += value;
+          }
         }
+        perProcess.push(`${pid === pids[0] ? "main" : "worker"} ${pid}: ${own.toFixed(0)} ms`);
       }
       const total = [...times.values()].reduce((sum, value) => sum + value, 0);
       if (total < 1) continue;
-      process.stdout.write(`  ${server}: ${total.toFixed(0)} ms sampled on the main thread\n`);
+      const split = pids.length > 1 ? ` (${perProcess.join(", ")})` : "";
+      process.stdout.write(
+        `  ${server}: ${total.toFixed(0)} ms sampled on the main thread${split}\n`,
+      );
       const top = [...times].sort((a, b) => b[1] - a[1]).slice(0, TOP);
       for (const [key, value] of top) {
         process.stdout.write(`    ${value.toFixed(1).padStart(7)} ms  ${key}\n`);

@@ -107,15 +107,13 @@ function table(rows: readonly [string, string][]): string {
 /** Runs the scenario once on a fresh deployment and measures it. */
 async function runOnce(index: number): Promise<RunFigures> {
   const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), "gym-scale-"));
-  const run = new DeploymentRun(dir, { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) });
-  if (options.workers > 1) {
-    // Every participant server; the fake inference backend stays one process.
-    const text = readFileSync(run.deploymentFile, "utf8").replace(
-      /^( +)kind: (environment|model|agent|resources)$/gm,
-      `$1kind: $2\n$1num_workers: ${options.workers}`,
-    );
-    writeFileSync(run.deploymentFile, text);
-  }
+  // Built servers (no TypeScript loader: a process starts on about half the CPU), and with
+  // several workers a longer health wait (three processes per server start at once).
+  const run = new DeploymentRun(
+    dir,
+    { GYM_CLEANUP_TIMEOUT_SECONDS: String(cleanupTimeout) },
+    { compiled: true, workers: options.workers },
+  );
   if (options.nodeArgs !== undefined) {
     const args = options.nodeArgs.split(/\s+/).filter((arg) => arg !== "");
     const text = readFileSync(run.deploymentFile, "utf8").replace(

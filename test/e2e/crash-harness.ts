@@ -5,9 +5,8 @@
  * they need: scripts and holds, `/run`s whose outcome is tracked, stopping one server's process
  * group (SIGSTOP) and seeing when a request waits in its socket.
  */
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { expect } from "vitest";
 import {
   commit,
@@ -31,9 +30,6 @@ import { DeploymentRun } from "../../demo/deployment-run.js";
 import { killEverything, stateServers } from "./helpers.js";
 
 export { captureKey, episodeId, type EpisodeId };
-
-/** The reference servers' directory: deployment variants live there. */
-const REFERENCE = fileURLToPath(new URL("../../reference-servers", import.meta.url));
 
 /** One call as the fake backend's `GET /_ctl/calls` lists it. */
 export interface BackendCall {
@@ -264,36 +260,21 @@ export async function retiredRollouts(participants: Participants): Promise<Recor
  * reference-servers/, entrypoints relative to that directory), with what the crash suite reads.
  */
 export class CrashRun extends DeploymentRun {
-  /**
-   * `compiled`: the built CLI and the reference servers' `dist/` entrypoints, started by plain
-   * Node (faster; needs `npm run build`). Only for variants made of reference servers.
-   */
+  /** See {@link DeploymentRunOptions} (`GYM_E2E_NUM_WORKERS` sets the default worker count). */
   constructor(
     dir: string,
     variant = "deployment.yaml",
     options: { compiled?: boolean; workers?: number } = {},
   ) {
-    super(dir);
-    let text = readFileSync(path.join(REFERENCE, variant), "utf8").replaceAll(
-      "entrypoint: ",
-      `entrypoint: ${REFERENCE}/`,
+    super(
+      dir,
+      {},
+      {
+        variant,
+        compiled: options.compiled,
+        workers: options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1),
+      },
     );
-    // Several workers for every participant kind (the inference backend stays one process).
-    const workers = options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1);
-    if (workers > 1) {
-      // Three processes per server start at once: the built CLI and servers start in about half
-      // the time, and a loaded CI machine gets longer to see every worker healthy.
-      this.serveFlags = ["--health-timeout", "120s"];
-      text = text.replace(
-        /^( +)kind: (environment|agent|resources|model)$/gm,
-        `$1kind: $2\n$1num_workers: ${workers}`,
-      );
-    }
-    if (options.compiled === true || workers > 1) {
-      this.compiled = true;
-      text = text.replace(/\/src\/index\.ts$/gm, "/dist/index.js");
-    }
-    writeFileSync(this.deploymentFile, text);
   }
 
   /** Kills whatever this run left behind (every process group, stopped ones included). */

@@ -24,7 +24,10 @@ import {
 
 /** Buffers up to this many bytes before handing them to the file in one `writev`. */
 const WRITE_BATCH_BYTES = 8 * 1024 * 1024;
-const NEWLINE = Buffer.from("\n");
+/** A run of encoded lines this long is written from its own memory rather than copied. */
+const DIRECT_RUN_BYTES = 16 * 1024;
+/** Writes from their own memory in flight at once, at most. */
+const MAX_DIRECT_IN_FLIGHT = 64;
 
 /** What one commit writes. */
 export interface WriteTarget extends ParticipantLocation {
@@ -82,9 +85,10 @@ function ioError(dir: string, error: unknown): CheckpointStateError {
 }
 
 /**
- * The key of a record's stored line (UTF-8, without its newline), when something encoded it
- * already: the writer copies those bytes instead of encoding the record. The coordinator of a
- * multi-worker server receives its workers' records this way.
+ * The key of a record's stored line (UTF-8, with its newline), when something encoded it
+ * already: the writer writes those bytes instead of encoding the record, straight from where
+ * they are when lines lie next to each other in memory. The coordinator of a multi-worker
+ * server receives its workers' records this way.
  */
 export const ENCODED_LINE: unique symbol = Symbol("gym.records.encodedLine");
 
@@ -314,6 +318,42 @@ export function encodeRecordLine(record: RecordBase): string {
   return encodeRecordPieces(record).join("") + "\n";
 }
 
+/** Bytes per buffer of {@link encodeRecordLines}. */
+const ENCODE_CHUNK_BYTES = 1024 * 1024;
+
+/**
+ * The stored lines of `records`, one after another, as buffers of about 1 MiB (a line may span
+ * two): each piece is encoded straight into place, with no string per line or per block and
+ * no copy afterwards.
+ */
+export function encodeRecordLines(records: Iterable<RecordBase>): Buffer[] {
+  const chunks: Buffer[] = [];
+  let chunk = Buffer.allocUnsafeSlow(ENCODE_CHUNK_BYTES);
+  let offset = 0;
+  const room = (bytes: number): void => {
+    if (offset + bytes <= chunk.length) return;
+    if (offset > 0) chunks.push(chunk.subarray(0, offset));
+    chunk = Buffer.allocUnsafeSlow(Math.max(ENCODE_CHUNK_BYTES, bytes));
+    offset = 0;
+  };
+  const put = (piece: string): void => {
+    // A UTF-16 code unit takes at most 3 UTF-8 bytes: the bound avoids measuring the piece.
+    room(piece.length * 3);
+    offset += chunk.write(piece, offset, "utf8");
+  };
+  for (const record of records) {
+    try {
+      encodeJsonPieces(record, put);
+    } catch (error) {
+      throw notWritable(record, error);
+    }
+    room(1);
+    chunk[offset++] = 0x0a;
+  }
+  if (offset > 0) chunks.push(chunk.subarray(0, offset));
+  return chunks;
+}
+
 /** A record's stored JSON (without the newline) in pieces, refusing what cannot be written. */
 function encodeRecordPieces(record: RecordBase): string[] {
   const pieces: string[] = [];
@@ -373,8 +413,12 @@ class LineBatcher {
   readonly #inFlight: Promise<void>[] = [Promise.resolve(), Promise.resolve()];
   #current = 0;
   #offset = 0;
-  /** Where the next write lands: writes carry their position, as two may be in flight. */
+  /** Where the next write lands: writes carry their position, as several may be in flight. */
   #position = 0;
+  /** Encoded lines adjacent in memory, not written yet: their memory and byte range. */
+  #run: { readonly memory: ArrayBufferLike; readonly start: number; end: number } | null = null;
+  /** Writes of bytes from where they are, in flight. */
+  readonly #direct: Promise<void>[] = [];
 
   constructor(handle: FileHandle, hash: Hash) {
     this.#handle = handle;
@@ -383,6 +427,7 @@ class LineBatcher {
 
   /** Appends one line: its pieces, then a newline. */
   async add(pieces: readonly string[]): Promise<void> {
+    await this.#endRun();
     for (const piece of pieces) {
       // A UTF-16 code unit takes at most 3 UTF-8 bytes: the bound avoids measuring the piece.
       const bound = piece.length * 3;
@@ -398,36 +443,61 @@ class LineBatcher {
     this.#offset += 1;
   }
 
-  /** Appends one line already encoded (without its newline), then a newline. */
+  /**
+   * Appends one line already encoded, with its newline. Lines adjacent in memory join a run,
+   * written from where it is (no copy) once it ends; a short run is copied into the batch.
+   */
   async addBytes(line: Buffer): Promise<void> {
-    if (this.#offset + line.length + 1 > WRITE_BATCH_BYTES) await this.#flush();
-    if (line.length + 1 > WRITE_BATCH_BYTES) {
-      await this.#writeOwn(Buffer.concat([line, NEWLINE]));
+    const run = this.#run;
+    if (run !== null && line.buffer === run.memory && line.byteOffset === run.end) {
+      run.end += line.length;
       return;
     }
-    const buffer = this.#buffers[this.#current] as Buffer;
-    this.#offset += line.copy(buffer, this.#offset);
-    buffer[this.#offset] = 0x0a;
-    this.#offset += 1;
+    await this.#endRun();
+    this.#run = { memory: line.buffer, start: line.byteOffset, end: line.byteOffset + line.length };
   }
 
-  /** A piece larger than a batch goes out from a buffer of its own, in order. */
+  /** Writes the current run of adjacent lines: in place when long, else into the batch. */
+  async #endRun(): Promise<void> {
+    const run = this.#run;
+    if (run === null) return;
+    this.#run = null;
+    const bytes = Buffer.from(run.memory, run.start, run.end - run.start);
+    if (bytes.length >= DIRECT_RUN_BYTES) {
+      await this.#writeOwn(bytes);
+      return;
+    }
+    if (this.#offset + bytes.length > WRITE_BATCH_BYTES) await this.#flush();
+    this.#offset += bytes.copy(this.#buffers[this.#current] as Buffer, this.#offset);
+  }
+
+  /**
+   * Bytes that go out from where they are (a piece larger than a batch, a long run), in order:
+   * after what is batched before them, which is flushed first.
+   */
   async #writeOwn(own: Buffer): Promise<void> {
+    await this.#flush();
     this.#hash.update(own);
-    await this.#inFlight[this.#current];
-    this.#inFlight[this.#current] = writeFully(this.#handle, own, this.#claim(own.length));
-    await this.#switch();
+    const write = writeFully(this.#handle, own, this.#claim(own.length));
+    this.#direct.push(write);
+    // Surface a failure at the next own write rather than only at the end.
+    write.catch(() => undefined);
+    if (this.#direct.length >= MAX_DIRECT_IN_FLIGHT) await this.#direct.shift();
   }
 
   /** Writes what is buffered and waits for every write. */
   async finish(): Promise<void> {
+    await this.#endRun();
     await this.#flush();
     await this.settle();
+    for (const write of this.#direct.splice(0)) await write;
   }
 
   /** Waits for the writes in flight, ignoring their failures (the caller is failing already). */
   async settle(): Promise<void> {
-    await Promise.all(this.#inFlight.map((write) => write.catch(() => undefined)));
+    await Promise.all(
+      [...this.#inFlight, ...this.#direct].map((write) => write.catch(() => undefined)),
+    );
   }
 
   async #flush(): Promise<void> {

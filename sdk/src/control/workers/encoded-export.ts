@@ -7,19 +7,23 @@
  */
 import { episodeIdToWire, parseEpisodeId } from "../../identity/episode-id.js";
 import type { JsonValue } from "../../json/json-value.js";
-import { ENCODED_LINE, encodeRecordLine, type EncodedRecord } from "../../store/records-writer.js";
+import { ENCODED_LINE, encodeRecordLines, type EncodedRecord } from "../../store/records-writer.js";
+import { linesOf } from "../../util/buffer-parts.js";
 import type { RecordBase } from "../../wire/storage.js";
 import { FrameBytes } from "./frame-channel.js";
 
 /** The records of a worker's export as one block of stored lines, with their episodes. */
 export function encodeExport(records: readonly RecordBase[]): FrameBytes {
-  const lines = records.map((record) => encodeRecordLine(record)).join("");
   const episodes = records.map((record) => episodeIdToWire(record.episode_id));
-  return new FrameBytes({ episode_ids: episodes as unknown as JsonValue }, Buffer.from(lines));
+  return new FrameBytes(
+    { episode_ids: episodes as unknown as JsonValue },
+    encodeRecordLines(records),
+  );
 }
 
 /**
- * The records of an {@link encodeExport} block: each its episode and a view of its line.
+ * The records of an {@link encodeExport} block: each its episode and its line (with its
+ * newline), a view of the bytes as they arrived.
  * @throws Error when the block's lines and episodes do not pair up
  */
 export function decodeExport(block: unknown): EncodedRecord[] {
@@ -27,19 +31,14 @@ export function decodeExport(block: unknown): EncodedRecord[] {
     throw new Error("a worker answered an export without its lines");
   const episodes = (block.head as { episode_ids?: unknown }).episode_ids;
   if (!Array.isArray(episodes)) throw new Error("a worker's export names no episodes");
-  const records: EncodedRecord[] = [];
-  const bytes = block.bytes;
-  let start = 0;
-  for (const wire of episodes) {
-    const end = bytes.indexOf(0x0a, start);
-    if (end < 0) break;
-    records.push({ episode_id: parseEpisodeId(wire), [ENCODED_LINE]: bytes.subarray(start, end) });
-    start = end + 1;
-  }
-  if (records.length !== episodes.length || start !== bytes.length) {
+  const { lines, trailing } = linesOf(block.parts);
+  if (lines.length !== episodes.length || trailing !== 0) {
     throw new Error(
       `a worker's export holds ${episodes.length} episodes but its lines do not match them`,
     );
   }
-  return records;
+  return episodes.map((wire, i) => ({
+    episode_id: parseEpisodeId(wire),
+    [ENCODED_LINE]: lines[i]!,
+  }));
 }

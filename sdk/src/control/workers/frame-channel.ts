@@ -22,6 +22,7 @@ import {
   jsonValueNeedsExtended,
   type JsonValue,
 } from "../../json/json-value.js";
+import { dropHead, headOf, partsLength } from "../../util/buffer-parts.js";
 
 /**
  * The first byte of a frame's payload: plain JSON, or the store's extended encoding; the same
@@ -39,10 +40,29 @@ const EXTENDED_WITH_BYTES = 0x65; // "e"
  * handler; the peer receives a `FrameBytes` in its place.
  */
 export class FrameBytes {
+  /** The bytes as the buffers they arrived or were built in, in order. */
+  readonly parts: readonly Buffer[];
+  #joined: Buffer | null;
+
+  /** `bytes`: one buffer, or several sent one after another (never joined on the way). */
   constructor(
     readonly head: JsonValue,
-    readonly bytes: Buffer,
-  ) {}
+    bytes: Buffer | readonly Buffer[],
+  ) {
+    this.parts = Buffer.isBuffer(bytes) ? [bytes] : bytes;
+    this.#joined = Buffer.isBuffer(bytes) ? bytes : null;
+  }
+
+  /** The bytes as one buffer (joined, once, on first use when they came in several parts). */
+  get bytes(): Buffer {
+    this.#joined ??= this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts);
+    return this.#joined;
+  }
+
+  /** How many bytes there are. */
+  get byteLength(): number {
+    return partsLength(this.parts);
+  }
 }
 
 /** Largest frame accepted (a whole export travels as one reply). */
@@ -100,17 +120,17 @@ function errorOf(failure: WireFailure): Error {
   return new Error(failure.detail);
 }
 
-/** Decodes a frame's payload (its flag byte first). */
-function messageOf(payload: Buffer): Record<string, JsonValue> {
-  const flag = payload[0];
+/** Decodes a frame's payload (its flag byte first), as the chunks it arrived in. */
+function messageOf(payload: readonly Buffer[]): Record<string, JsonValue> {
+  const flag = payload[0]![0];
   const withBytes = flag === PLAIN_WITH_BYTES || flag === EXTENDED_WITH_BYTES;
-  const jsonEnd = withBytes ? 5 + payload.readUInt32BE(1) : payload.length;
-  const text = payload.toString("utf8", withBytes ? 5 : 1, jsonEnd);
+  const jsonEnd = withBytes ? 5 + headOf(payload, 5).readUInt32BE(1) : partsLength(payload);
+  const text = headOf(payload, jsonEnd).toString("utf8", withBytes ? 5 : 1, jsonEnd);
   const extended = flag === EXTENDED || flag === EXTENDED_WITH_BYTES;
   const message = (extended ? decodeJson(text) : JSON.parse(text)) as Record<string, JsonValue>;
   if (withBytes) {
-    // A view, not a copy: the socket hands out a new buffer per chunk.
-    const body = new FrameBytes(message.body ?? null, payload.subarray(jsonEnd));
+    // Views of the chunks, not a copy: the socket hands out a new buffer per chunk.
+    const body = new FrameBytes(message.body ?? null, dropHead(payload, jsonEnd));
     message.body = body as unknown as JsonValue;
   }
   return message;
@@ -189,14 +209,13 @@ export class FrameChannel {
       (message.body as unknown) instanceof FrameBytes
         ? (message.body as unknown as FrameBytes)
         : null;
-    const bytes = attached?.bytes ?? null;
     if (attached !== null) message = { ...message, body: attached.head };
     // Most messages (records included) are plain JSON, which the engine's own codec moves
     // several times faster; the extended encoding only when a value needs it.
     const extended = jsonValueNeedsExtended(message);
     const text = extended ? encodeJson(message) : JSON.stringify(message);
     const length = Buffer.byteLength(text, "utf8");
-    if (bytes === null) {
+    if (attached === null) {
       const frame = Buffer.allocUnsafe(5 + length);
       frame.writeUInt32BE(length + 1, 0);
       frame[4] = extended ? EXTENDED : PLAIN;
@@ -205,24 +224,27 @@ export class FrameChannel {
       return;
     }
     const header = Buffer.allocUnsafe(9 + length);
-    header.writeUInt32BE(1 + 4 + length + bytes.length, 0);
+    header.writeUInt32BE(1 + 4 + length + attached.byteLength, 0);
     header[4] = extended ? EXTENDED_WITH_BYTES : PLAIN_WITH_BYTES;
     header.writeUInt32BE(length, 5);
     header.write(text, 9, "utf8");
-    // Two writes, no copy of the bytes: the socket keeps their order.
+    // One write per part, no copy of the bytes: the socket keeps their order, and corked it
+    // hands them to the kernel together.
+    this.#socket.cork();
     this.#socket.write(header);
-    this.#socket.write(bytes);
+    for (const part of attached.parts) if (part.length > 0) this.#socket.write(part);
+    this.#socket.uncork();
   }
 
   #receive(chunk: Buffer): void {
-    // Chunks are kept apart until a whole frame is in: joining on every chunk would copy a
-    // large frame once per chunk.
+    // Chunks are kept apart, and a frame is handed on as its chunks: joining them would copy a
+    // large frame into fresh memory (a worker's export is tens of megabytes).
     this.#chunks.push(chunk);
     this.#buffered += chunk.length;
     while (!this.#closed) {
       if (this.#needed === null) {
         if (this.#buffered < 4) return;
-        const length = this.#take(4).readUInt32BE(0);
+        const length = headOf(this.#take(4), 4).readUInt32BE(0);
         if (length > MAX_FRAME_BYTES) {
           this.#socket.destroy();
           this.#close(`a frame of ${length} bytes is over the limit`);
@@ -237,13 +259,25 @@ export class FrameChannel {
     }
   }
 
-  /** Removes the first `bytes` buffered bytes (there are at least that many). */
-  #take(bytes: number): Buffer {
-    const joined = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks);
-    const taken = joined.subarray(0, bytes);
-    const rest = joined.subarray(bytes);
-    this.#chunks = rest.length === 0 ? [] : [rest];
-    this.#buffered = rest.length;
+  /** Removes the first `bytes` buffered bytes (there are at least that many), as views. */
+  #take(bytes: number): Buffer[] {
+    const taken: Buffer[] = [];
+    let wanted = bytes;
+    let used = 0;
+    while (wanted > 0) {
+      const chunk = this.#chunks[used]!;
+      if (chunk.length <= wanted) {
+        taken.push(chunk);
+        wanted -= chunk.length;
+        used++;
+      } else {
+        taken.push(chunk.subarray(0, wanted));
+        this.#chunks[used] = chunk.subarray(wanted);
+        wanted = 0;
+      }
+    }
+    this.#chunks = used === 0 ? this.#chunks : this.#chunks.slice(used);
+    this.#buffered -= bytes;
     return taken;
   }
 

@@ -18,6 +18,7 @@ import type { CloseAdmissionRequest, Participant } from "../participant.js";
 import { encodeExport } from "./encoded-export.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
 import { decodeStoredLine } from "../../store/records-reader.js";
+import { linesOf } from "../../util/buffer-parts.js";
 import type { JoinState, LostWorker } from "./worker-messages.js";
 
 /** Where a request for a session goes. */
@@ -48,15 +49,9 @@ export interface WorkerLinkOptions {
 /** While open, a change is reported at most this often (ms); while closed, at once. */
 const OPEN_REPORT_INTERVAL_MS = 250;
 
-/** The lines of a block of newline-terminated stored lines. */
-function storedLinesOf(bytes: Buffer): Buffer[] {
-  const lines: Buffer[] = [];
-  let start = 0;
-  for (let end = bytes.indexOf(0x0a, start); end >= 0; end = bytes.indexOf(0x0a, start)) {
-    lines.push(bytes.subarray(start, end));
-    start = end + 1;
-  }
-  return lines;
+/** The lines (without their newlines) of a block of newline-terminated stored lines. */
+function storedLinesOf(block: FrameBytes): Buffer[] {
+  return linesOf(block.parts).lines.map((line) => line.subarray(0, line.length - 1));
 }
 
 /**
@@ -336,7 +331,7 @@ export class WorkerLink {
       case "install": {
         // A share of stored lines (validated here, in parallel with the other workers) or of
         // records.
-        const lines = value instanceof FrameBytes ? value.bytes : null;
+        const lines = value instanceof FrameBytes ? value : null;
         const head = (value instanceof FrameBytes ? value.head : value) as Record<string, unknown>;
         this.#aliases = new Map(head.aliases as [string, string][]);
         this.#claimable = new Set(head.claims as string[]);

@@ -45,7 +45,7 @@ export interface PoolCoordination {
 /** A call's body with its call number (in the JSON head of a body with bytes). */
 function messageBody(call: number, body: object): object {
   if (body instanceof FrameBytes) {
-    return new FrameBytes({ call, ...(body.head as Record<string, JsonValue>) }, body.bytes);
+    return new FrameBytes({ call, ...(body.head as Record<string, JsonValue>) }, body.parts);
   }
   return { call, ...body };
 }

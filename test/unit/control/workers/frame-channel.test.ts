@@ -3,7 +3,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { FrameChannel, ChannelClosedError } from "#sdk/control/workers/frame-channel.js";
+import {
+  FrameBytes,
+  FrameChannel,
+  ChannelClosedError,
+} from "#sdk/control/workers/frame-channel.js";
 import { CheckpointError, DetailError, GymError, InvalidRequestError } from "#sdk/errors.js";
 import type { FrameHandler } from "#sdk/control/workers/frame-channel.js";
 
@@ -71,6 +75,25 @@ describe("FrameChannel", () => {
     const reply = (await a.call("export", null)) as { i: number }[];
     expect(reply).toHaveLength(20_000);
     expect(reply[19_999]?.i).toBe(19_999);
+  });
+
+  it("hands large bytes on as the chunks they arrived in, never joined", async () => {
+    const big = Buffer.alloc(8 * 1024 * 1024);
+    for (let i = 0; i < big.length; i += 4096) big.writeUInt32BE(i, i);
+    const { a } = await pair((_kind, body) => {
+      const sent = body as unknown as FrameBytes;
+      // Received as the socket's chunks: several parts, none copied into one buffer.
+      return { parts: sent.parts.length, equal: Buffer.concat(sent.parts).equals(big) };
+    });
+    const reply = (await a.call(
+      "put",
+      new FrameBytes({ n: 1 }, [big.subarray(0, 5), big.subarray(5)]),
+    )) as {
+      parts: number;
+      equal: boolean;
+    };
+    expect(reply.equal).toBe(true);
+    expect(reply.parts).toBeGreaterThan(1);
   });
 
   it("passes a typed refusal on as the same typed error (422 issues included)", async () => {
