@@ -130,9 +130,20 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     await until("the verify to wait in the counter's socket", () => run.unreadBytes("counter") > 0);
 
     const preparing = prepare(participants, "ckpt1", deadline(30));
+    // A prepare that failed at once would leave the environment idle: say why instead of
+    // waiting out the poll.
+    let prepareFailed: unknown = null;
+    preparing.catch((error: unknown) => {
+      prepareFailed = error;
+    });
+    let seen: unknown = null;
     const waiting = await until("prepare to wait for the verify", async () => {
+      if (prepareFailed !== null) throw new Error(`prepare failed: ${String(prepareFailed)}`);
       const env = await statusOf(participants, "counter_env");
+      seen = { phase: env.phase, report: env.report };
       return env.phase === "preparing" && env.report.blockers.length > 0 ? env : null;
+    }).catch((error: unknown) => {
+      throw new Error(`${String(error)}; counter_env last answered ${JSON.stringify(seen)}`);
     });
     expect(waiting.report.blockers).toEqual([finishing.key()]);
     run.thaw("counter");
