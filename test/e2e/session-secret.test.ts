@@ -40,7 +40,8 @@ interface Run {
 async function serve(options: { checkpoint: boolean; secret: boolean }): Promise<Run> {
   const dir = mkdtempSync(path.join(tmpdir(), "gym-session-secret-"));
   dirs.push(dir);
-  const entrypoint = path.join(REPO, "reference-servers", "counter", "src", "index.ts");
+  // Built, and given 120 s: three processes start at once on a loaded machine.
+  const entrypoint = path.join(REPO, "reference-servers", "counter", "dist", "index.js");
   const file = path.join(dir, "deployment.yaml");
   const lines = [
     ...(options.checkpoint
@@ -55,10 +56,14 @@ async function serve(options: { checkpoint: boolean; secret: boolean }): Promise
   ];
   writeFileSync(file, `${lines.join("\n")}\n`);
   const stateFile = path.join(dir, "run.json");
-  const served = await gym(["serve", file, "--detach", "--state", stateFile], {
-    timeoutMs: 120_000,
-    env: { ...process.env, GYM_E2E_SESSION_SECRET: SECRET },
-  });
+  const served = await gym(
+    ["serve", file, "--detach", "--state", stateFile, "--health-timeout", "120s"],
+    {
+      timeoutMs: 180_000,
+      compiled: true,
+      env: { ...process.env, GYM_E2E_SESSION_SECRET: SECRET },
+    },
+  );
   if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}`);
   expect(`${served.stdout}${served.stderr}`).not.toContain(SECRET);
   const counter = stateServers(stateFile).find((server) => server.name === "counter");

@@ -100,9 +100,13 @@ export class CounterDeployment {
     this.stateFile = path.join(dir, "run.json");
   }
 
-  /** Starts the counter with `workers` workers and waits for its health. */
+  /**
+   * Starts the counter with `workers` workers and waits for its health: the built server and
+   * CLI under plain Node (a process starts on about half the CPU of one under the TypeScript
+   * loader), given 120 s, as up to five processes start at once on a loaded machine.
+   */
   async serve(workers: number): Promise<void> {
-    const entrypoint = path.join(REPO, "reference-servers", "counter", "src", "index.ts");
+    const entrypoint = path.join(REPO, "reference-servers", "counter", "dist", "index.js");
     writeFileSync(
       this.file,
       [
@@ -117,9 +121,10 @@ export class CounterDeployment {
         "",
       ].join("\n"),
     );
-    const served = await gym(["serve", this.file, "--detach", "--state", this.stateFile], {
-      timeoutMs: 120_000,
-    });
+    const served = await gym(
+      ["serve", this.file, "--detach", "--state", this.stateFile, "--health-timeout", "120s"],
+      { timeoutMs: 180_000, compiled: true },
+    );
     if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}`);
   }
 

@@ -377,8 +377,8 @@ export class CoordinatedParticipant extends Participant {
       (stored) => ownerOfRecord(stored.value),
       scope,
       signal,
-      (share, head) =>
-        new FrameBytes(head, Buffer.concat(share.flatMap((stored) => [stored.line, NEWLINE]))),
+      // The lines as they are, each with a newline: sent one after another, never joined.
+      (share, head) => new FrameBytes(head, share.flatMap((stored) => [stored.line, NEWLINE])),
     );
   }
 
