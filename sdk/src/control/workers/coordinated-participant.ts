@@ -378,7 +378,11 @@ export class CoordinatedParticipant extends Participant {
       scope,
       signal,
       // The lines as they are, each with a newline: sent one after another, never joined.
-      (share, head) => new FrameBytes(head, share.flatMap((stored) => [stored.line, NEWLINE])),
+      (share, head) =>
+        new FrameBytes(
+          head,
+          share.flatMap((stored) => [stored.line, NEWLINE]),
+        ),
     );
   }
 
