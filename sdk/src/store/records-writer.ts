@@ -490,7 +490,8 @@ class LineBatcher {
     await this.#endRun();
     await this.#flush();
     await this.settle();
-    for (const write of this.#direct.splice(0)) await write;
+    // Every write has ended: any failure fails the file, the last batch's included.
+    for (const write of [...this.#inFlight, ...this.#direct.splice(0)]) await write;
   }
 
   /** Waits for the writes in flight, ignoring their failures (the caller is failing already). */

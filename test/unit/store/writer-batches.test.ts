@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, open, readFile, rm, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -94,6 +94,31 @@ describe("records spanning many write batches", () => {
     expect(bytes.equals(reordered)).toBe(true);
     expect(manifest.records_sha256).toBe(createHash("sha256").update(reordered).digest("hex"));
     expect(manifest.record_count).toBe(records.length);
+  });
+
+  it("fail the commit when the last write fails, publishing nothing", async () => {
+    // One small batch: its write is the file's only one, and the last.
+    const probe = await open(path.join(dir, "probe"), "w");
+    const handleClass = Object.getPrototypeOf(probe) as { writev: FileHandle["writev"] };
+    await probe.close();
+    const writev = vi
+      .spyOn(handleClass, "writev")
+      .mockRejectedValue(Object.assign(new Error("no space left on device"), { code: "ENOSPC" }));
+    try {
+      const writing = new RecordsWriter({
+        checkpointDir: dir,
+        kind: "resources",
+        instance: "full",
+        checkpointId: "c1",
+      }).write([{ episode_id: episodeId("a"), n: 1 } as RecordBase]);
+      await expect(writing).rejects.toMatchObject({ code: "invalid_checkpoint_state" });
+      expect(writev).toHaveBeenCalled();
+    } finally {
+      writev.mockRestore();
+    }
+    await expect(
+      readFile(path.join(dir, "gym", "resources", "full", "manifest.json")),
+    ).rejects.toMatchObject({ code: "ENOENT" });
   });
 
   it("encodes records into chunks whose bytes are the records' stored lines", () => {
