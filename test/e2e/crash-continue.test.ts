@@ -127,6 +127,12 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     await until("the agent seed to wait in its socket", () => run.unreadBytes("simple_agent") > 0);
     run.freeze("counter");
     run.thaw("simple_agent");
+    // Its one model call answered first: after it only the verify is left to reach the counter,
+    // so bytes waiting there are the verify (under load, once, they were not: the environment
+    // was still before its verify, and the prepare found nothing to wait for).
+    await until("the model to answer the finishing rollout", async () =>
+      (await run.callsOf(finishing.key())).some((call) => call.returned),
+    );
     await until("the verify to wait in the counter's socket", () => run.unreadBytes("counter") > 0);
 
     const preparing = prepare(participants, "ckpt1", deadline(30));
