@@ -401,9 +401,9 @@ export class CrashRun extends DeploymentRun {
   }
 
   /**
-   * What waits unread at the server's port (Linux /proc/net/tcp{,6}): the bytes queued in its
-   * sockets, plus connections not accepted yet. Non-zero while the server is stopped means a
-   * request reached it.
+   * The bytes that wait unread at the server's port (Linux /proc/net/tcp{,6}): data queued in
+   * its connections, accepted or not yet. Non-zero while the server is stopped means a request
+   * reached it (a connection alone, with nothing sent on it yet, does not count).
    */
   unreadBytes(server: string): number {
     const port = Number(new URL(this.url(server)).port);
@@ -421,12 +421,18 @@ export class CrashRun extends DeploymentRun {
         const queues = fields[4];
         if (local === undefined || queues === undefined) continue;
         if (Number.parseInt(local.split(":").at(-1) ?? "", 16) !== port) continue;
+        // Not the listening socket: its queue counts connections waiting to be accepted, and a
+        // bare connection is not a request. A waiting connection's bytes are on its own line.
+        if (fields[3] === LISTEN_STATE) continue;
         total += Number.parseInt(queues.split(":")[1] ?? "0", 16);
       }
     }
     return total;
   }
 }
+
+/** The `st` of a listening socket in /proc/net/tcp. */
+const LISTEN_STATE = "0A";
 
 /** Prepare (which must complete) and commit: the caller resumes or crashes afterwards. */
 export async function checkpoint(
