@@ -90,6 +90,7 @@ type Phase = "commit" | "restore";
 interface RunFigures {
   readonly rows: [string, string][];
   readonly problems: readonly string[];
+  readonly replacementFailures: number;
   readonly commitSeconds: number;
   readonly restoreSeconds: number;
   /** The store baseline per core: write (commit) and read (restore), in seconds; null: none. */
@@ -207,6 +208,7 @@ async function runOnce(index: number): Promise<RunFigures> {
     return {
       rows,
       problems: report.problems,
+      replacementFailures: report.replacementFailures,
       commitSeconds: report.commitSeconds,
       restoreSeconds: report.restoreSeconds,
       baseline,
@@ -353,6 +355,10 @@ if (options.repeat > 1) {
         ratio((r) => r.restoreSeconds, "read"),
         2,
       )}x`,
+    ],
+    [
+      "replacement failures (all runs)",
+      String(runs.reduce((sum, r) => sum + r.replacementFailures, 0)),
     ],
     ["contract problems", String(runs.reduce((sum, r) => sum + r.problems.length, 0))],
   ];
