@@ -42,7 +42,6 @@ const EXTENDED_WITH_BYTES = 0x65; // "e"
 export class FrameBytes {
   /** The bytes as the buffers they arrived or were built in, in order. */
   readonly parts: readonly Buffer[];
-  #joined: Buffer | null;
 
   /** `bytes`: one buffer, or several sent one after another (never joined on the way). */
   constructor(
@@ -50,13 +49,6 @@ export class FrameBytes {
     bytes: Buffer | readonly Buffer[],
   ) {
     this.parts = Buffer.isBuffer(bytes) ? [bytes] : bytes;
-    this.#joined = Buffer.isBuffer(bytes) ? bytes : null;
-  }
-
-  /** The bytes as one buffer (joined, once, on first use when they came in several parts). */
-  get bytes(): Buffer {
-    this.#joined ??= this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts);
-    return this.#joined;
   }
 
   /** How many bytes there are. */

@@ -54,15 +54,15 @@ describe("encoded exports", () => {
     const bytes = Buffer.from([0, 10, 255, 74, 69, 106]);
     const a = await channelTo((_kind, body) => {
       const sent = body as unknown as FrameBytes;
-      return new FrameBytes(
-        { got: sent.head, length: sent.bytes.length },
-        Buffer.concat([sent.bytes, sent.bytes]),
-      );
+      return new FrameBytes({ got: sent.head, length: sent.byteLength }, [
+        ...sent.parts,
+        ...sent.parts,
+      ]);
     });
     const reply = (await a.call("echo", new FrameBytes({ n: 2n ** 70n }, bytes))) as unknown;
     expect(reply).toBeInstanceOf(FrameBytes);
     expect((reply as FrameBytes).head).toEqual({ got: { n: 2n ** 70n }, length: 6 });
-    expect([...(reply as FrameBytes).bytes]).toEqual([...bytes, ...bytes]);
+    expect([...Buffer.concat((reply as FrameBytes).parts)]).toEqual([...bytes, ...bytes]);
   });
 
   it("writes a worker's lines byte for byte as the writer encodes the records", async () => {
@@ -78,7 +78,8 @@ describe("encoded exports", () => {
 
   it("refuses a block whose lines do not pair with its episodes", () => {
     const block = encodeExport(records);
-    const short = new FrameBytes(block.head, block.bytes.subarray(0, block.bytes.indexOf(10) + 1));
+    const bytes = Buffer.concat(block.parts);
+    const short = new FrameBytes(block.head, bytes.subarray(0, bytes.indexOf(10) + 1));
     expect(() => decodeExport(short)).toThrow(/do not match/);
     expect(() => decodeExport([])).toThrow(/without its lines/);
   });
