@@ -124,16 +124,23 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     await run.hold({ after_calls: 1_000_000 });
     run.freeze("simple_agent");
     first.set(finishing.id, run.start(finishing));
-    await until("the agent seed to wait in its socket", () => run.unreadBytes("simple_agent") > 0);
+    await until("the agent seed to wait in its socket", () =>
+      run.waitingSenders("simple_agent").some(({ sender }) => sender === "counter_env"),
+    );
     run.freeze("counter");
     run.thaw("simple_agent");
-    // Its one model call answered first: after it only the verify is left to reach the counter,
-    // so bytes waiting there are the verify (under load, once, they were not: the environment
-    // was still before its verify, and the prepare found nothing to wait for).
-    await until("the model to answer the finishing rollout", async () =>
-      (await run.callsOf(finishing.key())).some((call) => call.returned),
-    );
-    await until("the verify to wait in the counter's socket", () => run.unreadBytes("counter") > 0);
+    // After its seed the environment sends the counter nothing but the verify (then the close),
+    // so bytes from the environment waiting there are the verify. Bytes alone were not enough:
+    // under load something else reached the stopped counter first, and the prepare then found
+    // the environment still before its verify, with nothing to wait for.
+    const others = new Set<string>();
+    await until("the verify to wait in the counter's socket", () => {
+      const senders = run.waitingSenders("counter");
+      for (const { sender } of senders) if (sender !== "counter_env") others.add(sender);
+      return senders.some(({ sender }) => sender === "counter_env");
+    });
+    // Say who else reached the stopped counter: the cause of that earlier flake.
+    if (others.size > 0) console.warn(`also waiting at the counter: ${[...others].join("; ")}`);
 
     const preparing = prepare(participants, "ckpt1", deadline(30));
     // A prepare that failed at once would leave the environment idle: say why instead of
@@ -149,7 +156,9 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
       seen = { phase: env.phase, report: env.report };
       return env.phase === "preparing" && env.report.blockers.length > 0 ? env : null;
     }).catch((error: unknown) => {
-      throw new Error(`${String(error)}; counter_env last answered ${JSON.stringify(seen)}`);
+      throw new Error(
+        `${String(error)}; counter_env last answered ${JSON.stringify(seen)}; waiting at the counter: ${JSON.stringify(run.waitingSenders("counter"))}`,
+      );
     });
     expect(waiting.report.blockers).toEqual([finishing.key()]);
     run.thaw("counter");

@@ -28,6 +28,7 @@ import type { CommitReply, RestoreReply } from "#sdk/wire/storage.js";
 import { weatherOf } from "../../reference-servers/weather/src/index.js";
 import { DeploymentRun } from "../../demo/deployment-run.js";
 import { killEverything, stateServers } from "./helpers.js";
+import { commandOf, processGroupOf, waitingConnections } from "./waiting-bytes.js";
 
 export { captureKey, episodeId, type EpisodeId };
 
@@ -406,33 +407,28 @@ export class CrashRun extends DeploymentRun {
    * reached it (a connection alone, with nothing sent on it yet, does not count).
    */
   unreadBytes(server: string): number {
-    const port = Number(new URL(this.url(server)).port);
-    let total = 0;
-    for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-      let text: string;
-      try {
-        text = readFileSync(table, "utf8");
-      } catch {
-        continue;
-      }
-      for (const line of text.split("\n").slice(1)) {
-        const fields = line.trim().split(/\s+/);
-        const local = fields[1];
-        const queues = fields[4];
-        if (local === undefined || queues === undefined) continue;
-        if (Number.parseInt(local.split(":").at(-1) ?? "", 16) !== port) continue;
-        // Not the listening socket: its queue counts connections waiting to be accepted, and a
-        // bare connection is not a request. A waiting connection's bytes are on its own line.
-        if (fields[3] === LISTEN_STATE) continue;
-        total += Number.parseInt(queues.split(":")[1] ?? "0", 16);
-      }
-    }
-    return total;
+    return waitingConnections(this.#port(server)).reduce((sum, c) => sum + c.bytes, 0);
+  }
+
+  /**
+   * Who sent the bytes waiting at the server's port: per connection, the deployment's server
+   * whose process group holds the client end ("test" for this process), else the process.
+   */
+  waitingSenders(server: string): { bytes: number; sender: string }[] {
+    const groups = new Map(stateServers(this.stateFile).map((s) => [s.pgid, s.name]));
+    return waitingConnections(this.#port(server)).map(({ bytes, senderPid }) => {
+      if (senderPid === null) return { bytes, sender: "unknown" };
+      if (senderPid === process.pid) return { bytes, sender: "test" };
+      const group = processGroupOf(senderPid);
+      const name = group === null ? undefined : groups.get(group);
+      return { bytes, sender: name ?? `pid ${senderPid}: ${commandOf(senderPid)}` };
+    });
+  }
+
+  #port(server: string): number {
+    return Number(new URL(this.url(server)).port);
   }
 }
-
-/** The `st` of a listening socket in /proc/net/tcp. */
-const LISTEN_STATE = "0A";
 
 /** Prepare (which must complete) and commit: the caller resumes or crashes afterwards. */
 export async function checkpoint(

@@ -1,9 +1,10 @@
 /**
- * A server process's logger writes asynchronously, and loses nothing when the process exits
- * right after logging (`process.exit`, as a second stop signal or a failed start does): what is
- * still buffered is written before the process ends.
+ * A server process's logger buffers its writes, loses nothing when the process exits right after
+ * logging (`process.exit`, as a second stop signal or a failed start does): what is still
+ * buffered is written before the process ends; and writes a few lines of a quiet process soon,
+ * without waiting for its buffer to fill.
  */
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -41,5 +42,44 @@ describe("processLogger", () => {
     const lines = result.stdout.split("\n").filter((line) => line !== "");
     expect(lines).toHaveLength(LINES);
     expect(JSON.parse(lines.at(-1) ?? "{}")).toMatchObject({ i: LINES - 1, msg: "line" });
+  });
+
+  it("writes a quiet process's few lines without waiting for its buffer to fill", async () => {
+    const script = path.join(temp, "log-quiet.ts");
+    writeFileSync(
+      script,
+      [
+        `import { processLogger } from ${JSON.stringify(pathToFileURL(LOGGER).href)};`,
+        `const logger = processLogger("info");`,
+        `for (let i = 0; i < 3; i++) logger.info({ i }, "quiet");`,
+        // Alive until killed: only a timed flush writes the lines before then.
+        "setInterval(() => undefined, 60_000);",
+      ].join("\n"),
+    );
+    const child = spawn(process.execPath, ["--import", TSX, script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    try {
+      const lines = await new Promise<string[]>((resolve, reject) => {
+        let text = "";
+        const timer = setTimeout(
+          () => reject(new Error(`only this was written within 20 s: ${JSON.stringify(text)}`)),
+          20_000,
+        );
+        child.stdout.setEncoding("utf8");
+        child.stdout.on("data", (chunk: string) => {
+          text += chunk;
+          const complete = text.split("\n").filter((line) => line !== "");
+          if (complete.length >= 3 && text.endsWith("\n")) {
+            clearTimeout(timer);
+            resolve(complete);
+          }
+        });
+      });
+      expect(lines.map((line) => (JSON.parse(line) as { i: number }).i)).toEqual([0, 1, 2]);
+      expect(child.exitCode).toBeNull();
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 });

@@ -18,7 +18,7 @@ import {
   SimpleSpanProcessor,
   type ReadableSpan,
 } from "@opentelemetry/sdk-trace-base";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import { ServerClient } from "#sdk/client/server-client.js";
 import { startTestServer, type TestServer } from "#sdk/testing/index.js";
@@ -332,6 +332,43 @@ describe("request logs", () => {
       });
       expect(typeof line?.responseTime).toBe("number");
       expect(JSON.stringify(line)).not.toMatch(/authorization|cookie/i);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe("request logs without a given request id", () => {
+  it("makes one, answers it in x-request-id and logs an unmatched route with the original url", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: "debug" },
+      { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+    );
+    const server = new CounterServer({
+      name: "logged",
+      logger,
+      telemetry: { request_log_level: "debug" },
+    });
+    const { url } = await server.listen();
+    try {
+      const res = await fetch(`${url}/ng-rollout/ep7/no_such_route`, { method: "POST" });
+      expect(res.status).toBe(404);
+      const id = res.headers.get("x-request-id");
+      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      const line = await vi.waitFor(() => {
+        const found = lines.find((entry) => (entry.req as { id?: string } | undefined)?.id === id);
+        if (found === undefined) throw new Error(`no line for request ${id} yet`);
+        return found;
+      });
+      expect(line).toMatchObject({
+        level: 20,
+        msg: "request completed",
+        route: "unmatched",
+        capture_key: "ep7",
+        req: { method: "POST", url: "/ng-rollout/ep7/no_such_route" },
+        res: { statusCode: 404 },
+      });
     } finally {
       await server.close();
     }
