@@ -97,6 +97,8 @@ describe("trace context through the reference deployment", () => {
       run = new DeploymentRun(dir, {
         OTEL_TRACES_EXPORTER: "otlp",
         OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        // The receiver reads JSON (the default encoding is protobuf).
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
         OTEL_BSP_SCHEDULE_DELAY: "100",
       });
       // The built servers start in about half the time.

@@ -75,10 +75,15 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
       : positiveDuration(flags.runTimeout, "--run-timeout", 0);
 
   // The controller's spans (gym.collect.*, gym.checkpoint.coordinate.*) when OTEL_* asks.
-  startTelemetry({ serviceName: "gym-collect", prometheus: false, env: io.env });
+  const logger = pino({ level: io.env.LOG_LEVEL ?? "warn" }, pino.destination(2));
+  startTelemetry({
+    serviceName: "gym-collect",
+    prometheus: false,
+    env: io.env,
+    onWarning: (message) => logger.warn(message),
+  });
   const { stateFile, state, restartHint } = openRun(flags, io);
   const client = new ServerClient(state.deployment);
-  const logger = pino({ level: io.env.LOG_LEVEL ?? "warn" }, pino.destination(2));
   let participants: Participants | null = null;
   const checkpoint = state.deployment.checkpoint;
   if (checkpoint?.enabled === true && checkpoint.control_auth_token) {

@@ -466,7 +466,11 @@ export class Server<Config = unknown> {
     // (a half-sent body must not hold a checkpoint). `#mount` adds a reader per route.
     const bodies = Router({ caseSensitive: true, strict: true });
     const telemetry = this.telemetrySettings;
-    startTelemetry({ serviceName: this.name, prometheus: telemetry.metrics });
+    startTelemetry({
+      serviceName: this.name,
+      prometheus: telemetry.metrics,
+      onWarning: (message) => this.logger.warn(message),
+    });
     // First: every request, control or data, runs inside its span and is timed and logged.
     app.use(...requestTelemetry(this.logger, telemetry));
     // Control routes come before the rollout prefix is stripped: they are never under it.

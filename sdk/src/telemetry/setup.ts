@@ -1,15 +1,18 @@
 /**
  * Installs the OpenTelemetry SDK in a process: a meter provider (a Prometheus reader served at
  * `GET /metrics`, and an OTLP reader when `OTEL_METRICS_EXPORTER` asks for one) and, when the
- * standard `OTEL_*` variables ask for traces, a tracer provider with its exporter, the W3C trace
+ * standard `OTEL_*` variables ask for traces, a tracer provider with its exporter (OTLP over
+ * `http/protobuf` or `http/json`, per `OTEL_EXPORTER_OTLP_PROTOCOL`), the W3C trace
  * context propagator and the async context manager. Nothing is installed for traces otherwise,
  * so spans stay non-recording and free. One installation per process; the first call wins.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { context, metrics, propagation, trace } from "@opentelemetry/api";
-import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
+import { OTLPMetricExporter as OTLPJsonMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
+import { OTLPMetricExporter as OTLPProtoMetricExporter } from "@opentelemetry/exporter-metrics-otlp-proto";
 import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { OTLPTraceExporter as OTLPJsonTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { OTLPTraceExporter as OTLPProtoTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import {
   MeterProvider,
@@ -36,6 +39,33 @@ export interface TelemetryOptions {
   readonly spanProcessors?: readonly SpanProcessor[];
   /** The process environment to read `OTEL_*` from. @default process.env */
   readonly env?: NodeJS.ProcessEnv;
+  /** Told about a setting that was not applied as written (e.g. an unsupported protocol). */
+  readonly onWarning?: (message: string) => void;
+}
+
+/** The OTLP encodings over HTTP; gRPC is not bundled. */
+type OtlpProtocol = "http/protobuf" | "http/json";
+
+/**
+ * The OTLP protocol of a signal: `OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else
+ * `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf` (the specification's default, and the
+ * cheaper encoding: `npm run bench:telemetry` exports every span either way).
+ */
+function otlpProtocol(
+  env: NodeJS.ProcessEnv,
+  signal: "TRACES" | "METRICS",
+  warn: (message: string) => void,
+): OtlpProtocol {
+  const variable = env[`OTEL_EXPORTER_OTLP_${signal}_PROTOCOL`]
+    ? `OTEL_EXPORTER_OTLP_${signal}_PROTOCOL`
+    : "OTEL_EXPORTER_OTLP_PROTOCOL";
+  const value = env[variable]?.trim().toLowerCase();
+  if (value === undefined || value === "" || value === "http/protobuf") return "http/protobuf";
+  if (value === "http/json") return "http/json";
+  warn(
+    `${variable}=${value} is not supported (http/protobuf and http/json are); exporting ${signal.toLowerCase()} over http/protobuf`,
+  );
+  return "http/protobuf";
 }
 
 interface Installed {
@@ -54,7 +84,10 @@ function listOf(value: string | undefined): string[] {
 }
 
 /** The span processors `OTEL_TRACES_EXPORTER` (or an OTLP endpoint) asks for; none by default. */
-function spanProcessorsFromEnv(env: NodeJS.ProcessEnv): SpanProcessor[] {
+function spanProcessorsFromEnv(
+  env: NodeJS.ProcessEnv,
+  warn: (message: string) => void,
+): SpanProcessor[] {
   let exporters = listOf(env.OTEL_TRACES_EXPORTER);
   if (
     exporters.length === 0 &&
@@ -64,8 +97,14 @@ function spanProcessorsFromEnv(env: NodeJS.ProcessEnv): SpanProcessor[] {
   }
   const processors: SpanProcessor[] = [];
   for (const name of exporters) {
-    if (name === "otlp") processors.push(new BatchSpanProcessor(new OTLPTraceExporter()));
-    else if (name === "console") processors.push(new BatchSpanProcessor(new ConsoleSpanExporter()));
+    if (name === "otlp") {
+      const exporter =
+        otlpProtocol(env, "TRACES", warn) === "http/json"
+          ? new OTLPJsonTraceExporter()
+          : new OTLPProtoTraceExporter();
+      processors.push(new BatchSpanProcessor(exporter));
+    } else if (name === "console")
+      processors.push(new BatchSpanProcessor(new ConsoleSpanExporter()));
   }
   return processors;
 }
@@ -78,6 +117,7 @@ export function startTelemetry(options: TelemetryOptions): void {
   if (installed !== null) return;
   const env = options.env ?? process.env;
   if (env.OTEL_SDK_DISABLED?.toLowerCase() === "true") return;
+  const warn = options.onWarning ?? (() => undefined);
   const resource = resourceFromAttributes({
     "service.name": env.OTEL_SERVICE_NAME ?? options.serviceName,
     "service.instance.id": `${process.pid}`,
@@ -93,7 +133,10 @@ export function startTelemetry(options: TelemetryOptions): void {
     const interval = Number(env.OTEL_METRIC_EXPORT_INTERVAL ?? 60_000);
     readers.push(
       new PeriodicExportingMetricReader({
-        exporter: new OTLPMetricExporter(),
+        exporter:
+          otlpProtocol(env, "METRICS", warn) === "http/json"
+            ? new OTLPJsonMetricExporter()
+            : new OTLPProtoMetricExporter(),
         exportIntervalMillis: Number.isFinite(interval) && interval > 0 ? interval : 60_000,
       }),
     );
@@ -102,7 +145,7 @@ export function startTelemetry(options: TelemetryOptions): void {
   metrics.setGlobalMeterProvider(meterProvider);
   ensureGauges();
 
-  const spanProcessors = options.spanProcessors ?? spanProcessorsFromEnv(env);
+  const spanProcessors = options.spanProcessors ?? spanProcessorsFromEnv(env, warn);
   let tracerProvider: NodeTracerProvider | null = null;
   if (spanProcessors.length > 0) {
     tracerProvider = new NodeTracerProvider({ resource, spanProcessors: [...spanProcessors] });

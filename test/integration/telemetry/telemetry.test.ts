@@ -3,6 +3,8 @@
  * restore, a refused stale attempt, an expired lease; `/metrics` as Prometheus text; `/ready`
  * through a checkpoint; and the trace context a `ServerClient` call carries to the server.
  */
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { context, propagation, trace } from "@opentelemetry/api";
 import { pino } from "pino";
 import {
@@ -246,6 +248,68 @@ describe("telemetry of the control plane", () => {
     }
     expect(await countOf("gym.checkpoint.events", { event: "lease_expired" })).toBe(before + 1);
     await server.close();
+  });
+});
+
+describe("OTLP export protocol", () => {
+  /** Starts telemetry exporting spans to a local receiver; the content type of the first export. */
+  async function exportedContentType(
+    protocol: Record<string, string>,
+  ): Promise<{ type: string | undefined; warnings: string[] }> {
+    let type: string | undefined;
+    const receiver = createServer((req, res) => {
+      type ??= req.headers["content-type"];
+      req.resume();
+      req.on("end", () => res.writeHead(200).end());
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const endpoint = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+    // The exporters read their endpoint from the process environment.
+    const saved = process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = endpoint;
+    const warnings: string[] = [];
+    await stopTelemetry();
+    try {
+      startTelemetry({
+        serviceName: "otlp-protocol-test",
+        prometheus: false,
+        env: { OTEL_TRACES_EXPORTER: "otlp", ...protocol },
+        onWarning: (message) => warnings.push(message),
+      });
+      trace.getTracer("test").startSpan("exported").end();
+      await stopTelemetry(); // flushes the batch
+      return { type, warnings };
+    } finally {
+      if (saved === undefined) delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+      else process.env.OTEL_EXPORTER_OTLP_ENDPOINT = saved;
+      await new Promise((resolve) => receiver.close(resolve));
+      installInMemory();
+    }
+  }
+
+  it("exports spans as protobuf by default, as JSON when OTEL_EXPORTER_OTLP_PROTOCOL says so", async () => {
+    expect(await exportedContentType({})).toEqual({
+      type: "application/x-protobuf",
+      warnings: [],
+    });
+    expect(await exportedContentType({ OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" })).toEqual({
+      type: "application/json",
+      warnings: [],
+    });
+    // The signal's own variable wins over the general one.
+    const traces = await exportedContentType({
+      OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+      OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/protobuf",
+    });
+    expect(traces.type).toBe("application/x-protobuf");
+  });
+
+  it("warns about gRPC (not bundled) and exports over http/protobuf instead", async () => {
+    const { type, warnings } = await exportedContentType({ OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" });
+    expect(type).toBe("application/x-protobuf");
+    expect(warnings).toEqual([
+      expect.stringMatching(/OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/),
+    ]);
   });
 });
 
