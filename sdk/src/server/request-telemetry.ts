@@ -25,10 +25,13 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** The capture key of a rollout-prefixed path. */
 const ROLLOUT_PATH = /^\/ng-rollout\/([^/]+)\//;
 
+/** The route of a request no route matched (a 404, or a middleware's early answer). */
+const UNMATCHED = "unmatched";
+
 /** The route a request matched (`/seed_session`, `/ng-control/v1/checkpoint/prepare`), low in cardinality. */
 function routeOf(req: Request): string {
   const route = (req as Request & { route?: { path?: unknown } }).route;
-  return typeof route?.path === "string" ? `${req.baseUrl}${route.path}` : "unmatched";
+  return typeof route?.path === "string" ? `${req.baseUrl}${route.path}` : UNMATCHED;
 }
 
 function traceIdOf(): string | undefined {
@@ -44,8 +47,10 @@ function requestSpan(): RequestHandler {
   return (req, res, next) => {
     const started = performance.now();
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    // Named `{method}` until the route is known (then `{method} {route}`): a path in a span
+    // name would be unbounded in cardinality, and reading it costs a parse per request.
     const span = tracer().startSpan(
-      `${req.method} ${req.path}`,
+      req.method,
       {
         kind: SpanKind.SERVER,
         attributes: { "http.request.method": req.method, "url.path": req.path },
@@ -60,8 +65,10 @@ function requestSpan(): RequestHandler {
       const status = res.writableFinished ? res.statusCode : 499; // 499: the client went away
       recordRequest(req.method, route, status, (performance.now() - started) / 1000);
       if (span.isRecording()) {
-        span.updateName(`${req.method} ${route}`);
-        span.setAttribute("http.route", route);
+        if (route !== UNMATCHED) {
+          span.updateName(`${req.method} ${route}`);
+          span.setAttribute("http.route", route);
+        }
         span.setAttribute("http.response.status_code", status);
         if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
       }

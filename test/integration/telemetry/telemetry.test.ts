@@ -433,6 +433,17 @@ describe("request logs without a given request id", () => {
         req: { method: "POST", url: "/ng-rollout/ep7/no_such_route" },
         res: { statusCode: 404 },
       });
+      // Its span is named by the method alone: no path (unbounded) and no route to name it by.
+      const span = await vi.waitFor(() => {
+        const found = spans
+          .getFinishedSpans()
+          .find((s) => s.attributes["url.path"] === "/ng-rollout/ep7/no_such_route");
+        if (found === undefined) throw new Error("no span for the request yet");
+        return found;
+      });
+      expect(span.name).toBe("POST");
+      expect(span.attributes["http.route"]).toBeUndefined();
+      expect(span.attributes["http.response.status_code"]).toBe(404);
     } finally {
       await server.close();
     }
