@@ -355,18 +355,27 @@ describe("operational routes", () => {
   });
 });
 
+/** A counter server whose log lines (parsed) collect in `lines`, request lines at `level`. */
+function loggedCounter(level: "info" | "debug"): {
+  lines: Record<string, unknown>[];
+  server: CounterServer;
+} {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino(
+    { level: "debug" },
+    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+  );
+  const server = new CounterServer({
+    name: "logged",
+    logger,
+    telemetry: { request_log_level: level },
+  });
+  return { lines, server };
+}
+
 describe("request logs", () => {
   it("one line per request: method, route, status, duration, capture key, request id, trace id", async () => {
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino(
-      { level: "debug" },
-      { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
-    );
-    const server = new CounterServer({
-      name: "logged",
-      logger,
-      telemetry: { request_log_level: "info" },
-    });
+    const { lines, server } = loggedCounter("info");
     const { url } = await server.listen();
     try {
       const caller = trace.getTracer("test").startSpan("caller");
@@ -404,16 +413,7 @@ describe("request logs", () => {
 
 describe("request logs without a given request id", () => {
   it("makes one, answers it in x-request-id and logs an unmatched route with the original url", async () => {
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino(
-      { level: "debug" },
-      { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
-    );
-    const server = new CounterServer({
-      name: "logged",
-      logger,
-      telemetry: { request_log_level: "debug" },
-    });
+    const { lines, server } = loggedCounter("debug");
     const { url } = await server.listen();
     try {
       const res = await fetch(`${url}/ng-rollout/ep7/no_such_route`, { method: "POST" });
