@@ -173,6 +173,19 @@ export function nextAttempt(e: EpisodeId): EpisodeId {
   return mint(e.rollout_id, e.attempt + 1);
 }
 
+/**
+ * Attempt `attempt` of `e`'s rollout. The rollout ID was validated when `e` was minted, so only
+ * the attempt is checked: cheaper than {@link episodeId} where thousands are built in a row.
+ *
+ * @throws {@link InvalidEpisodeIdError} when `attempt` is not a safe integer >= 0
+ */
+export function attemptOf(e: EpisodeId, attempt: number): EpisodeId {
+  if (!Number.isSafeInteger(attempt) || attempt < 0) {
+    throw new InvalidEpisodeIdError(e.rollout_id, `attempt ${attempt} is not an integer >= 0`);
+  }
+  return mint(e.rollout_id, attempt);
+}
+
 /** Whether two EpisodeIds name the same attempt. */
 export function sameEpisode(a: EpisodeId, b: EpisodeId): boolean {
   return a.rollout_id === b.rollout_id && a.attempt === b.attempt;

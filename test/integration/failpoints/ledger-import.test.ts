@@ -6,6 +6,8 @@
  */
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
+import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
 import { ERROR_CATALOGUE } from "#sdk/errors.js";
 import {
   FAILPOINTS,
@@ -66,6 +68,11 @@ describe("ledger import", () => {
       expect(fresh.server.participant?.restoredPending()).toEqual([
         { rollout_id: "r", attempt: 1 },
       ]);
+      // Fenced durably: a process opening the directory now (as after a crash) finds it retired,
+      // whether the fence is a file yet or still in the restore's fence list.
+      await expect(new CaptureLedger(captureDir).hasRows("r")).rejects.toBeInstanceOf(
+        RolloutRetiredError,
+      );
       expect(await ledgerFiles(captureDir)).toContain("r.lineage.retired");
     },
   );

@@ -39,20 +39,49 @@ async function deadSource(rollout: string) {
 const stamped = (rollout: string) => ({ ...custodyRow("c0", rollout), capture_key: rollout });
 
 describe("an import defers its ledger writes and source deletions", () => {
-  it("returns with the clearing done and the fences durable, no target ledger or deletion yet", async () => {
+  it("returns with the clearing done and the fences durable as one list, no fence file, target ledger or deletion yet", async () => {
     const ledger = await deadSource("r");
     await ledgerAt(dir).record("r-a1", custodyRow("dead", "r-a1"));
 
     await ledger.importRecords([
       { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+      { targetKey: "s-a2", sourceKey: "s-a1", rows: [] },
     ]);
 
-    expect(await listDir(dir)).toEqual([
-      "r.lineage.jsonl",
-      "r.lineage.retired",
-      "r.lineage.started",
+    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "r.lineage.started", "restore-fences"]);
+    const lists = path.join(dir, "restore-fences");
+    const [list] = await listDir(lists);
+    expect(await readFile(path.join(lists, list as string), "utf8")).toBe("r\ns\ns-a1\n");
+    expect(ledger.deferredKeyCount).toBe(4);
+  });
+
+  it("a process started after a crash that left a fence list fences its keys before its first operation, then removes the list", async () => {
+    const crashed = await deadSource("r");
+    await crashed.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
     ]);
-    expect(ledger.deferredKeyCount).toBe(2);
+
+    const fresh = ledgerAt(dir);
+    expect(await fresh.record("r", custodyRow("late", "r"))).toBe("discarded");
+
+    // The source's fence written, its ledger and marker deleted, the list gone; the target's
+    // ledger is the next restore's to write (the checkpoint holds its rows).
+    expect(await listDir(dir)).toEqual(["r.lineage.retired"]);
+  });
+
+  it("deleting a key a fence list names finishes the list first: after a crash the key is not fenced again", async () => {
+    const ledger = await deadSource("r");
+    await ledger.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+      { targetKey: "s-a1", sourceKey: "s", rows: [] },
+    ]);
+
+    expect(await ledger.delete(["r"])).toEqual({ removed: [], absent: ["r"] });
+
+    expect(await listDir(dir)).toEqual(["r-a1.lineage.jsonl", "s.lineage.retired"]);
+    const afterCrash = ledgerAt(dir);
+    expect(await afterCrash.record("r", custodyRow("reused", "r"))).toBe("appended");
+    expect(await afterCrash.record("s", custodyRow("late", "s"))).toBe("discarded");
   });
 
   it("another server sharing the directory sees the source retired as soon as the import returns", async () => {

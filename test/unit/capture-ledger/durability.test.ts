@@ -4,7 +4,7 @@
  * a delete that runs between a retire's fence and its removal. Real files in real temporary
  * directories; `fsyncDir` and `node:fs/promises` are wrapped to record and intercept.
  */
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { custodyRow, ledgerAt, listDir, makeTempDir, plant, removeTempDir } from "./helpers.js";
@@ -44,7 +44,8 @@ vi.mock("node:fs/promises", async (importOriginal) => {
     return handle;
   };
   const readdir = (async (dir: string, ...rest: unknown[]) => {
-    hooks.events.push(`readdir ${dir}`);
+    // Not the fence lists' directory, looked at once per instance before its first operation.
+    if (path.basename(dir) !== "restore-fences") hooks.events.push(`readdir ${dir}`);
     return await (actual.readdir as (...args: unknown[]) => Promise<unknown>)(dir, ...rest);
   }) as typeof actual.readdir;
   return { ...actual, default: { ...actual, open, readdir }, open, readdir };
@@ -237,11 +238,20 @@ describe("import", () => {
   }
 
   it.each([1, 25])(
-    "lists the directory once and fsyncs it once for %i targets, then once per settled batch, syncing no ledger file",
+    "lists the directory once, writes one fence list and fsyncs the directory once for %i targets; the settle fsyncs once per batch, then removes the list, syncing no ledger file",
     async (count) => {
       const events = await importRollouts(count);
 
-      expect(events).toEqual([`readdir ${dir}`, `dirsync ${dir}`, "imported", `dirsync ${dir}`]);
+      const lists = path.join(dir, "restore-fences");
+      expect(events).toEqual([
+        `readdir ${dir}`,
+        `dirsync ${lists}`,
+        `dirsync ${dir}`,
+        "imported",
+        `dirsync ${dir}`,
+        `dirsync ${lists}`,
+      ]);
+      expect(existsSync(lists)).toBe(false);
     },
   );
 
@@ -256,12 +266,15 @@ describe("import", () => {
 
     await ledger.retire(sources);
 
-    // The retire's own fsync; the deferred deletions need none (the import's fences are durable).
+    // The retire's own fsync; the deferred fences and deletions need none (the import's fence
+    // list is durable, and stays until a settle removes it).
     expect(hooks.events).toEqual([`dirsync ${dir}`]);
-    expect(await listDir(dir)).toEqual(sources.map((key) => `${key}.lineage.retired`).sort());
+    expect(await listDir(dir)).toEqual(
+      ["restore-fences", ...sources.map((key) => `${key}.lineage.retired`)].sort(),
+    );
   });
 
-  it("an import with nothing to clear writes only the fences, and fsyncs them before it returns", async () => {
+  it("an import with nothing to clear writes only its fence list, and fsyncs it before it returns", async () => {
     const ledger = ledgerAt(dir);
     await ledger.record("r", custodyRow("c0", "r"));
     hooks.events = [];
@@ -270,23 +283,28 @@ describe("import", () => {
       { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
     ]);
 
-    expect(hooks.events).toEqual([`readdir ${dir}`, `dirsync ${dir}`]);
-    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "r.lineage.retired"]);
+    const lists = path.join(dir, "restore-fences");
+    expect(hooks.events).toEqual([`readdir ${dir}`, `dirsync ${lists}`, `dirsync ${dir}`]);
+    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "restore-fences"]);
+    const [list] = await listDir(lists);
+    expect(readFileSync(path.join(lists, list as string), "utf8")).toBe("r\n");
   });
 
   it("the import's fsync covers the clearing and the fences; the settle's, the writes and deletions", async () => {
     const states: string[][] = [];
 
-    await importRollouts(1, async () => {
-      states.push(await listDir(dir));
+    await importRollouts(1, async (synced) => {
+      if (synced === dir) states.push(await listDir(dir));
     });
 
     expect(states).toEqual([
-      // the import: what dead executions left is gone, the source is fenced
-      ["t0.lineage.jsonl", "t0.lineage.retired"],
-      // the settle: the target written, the fenced source ledger deleted
-      ["t0-a1.lineage.jsonl", "t0.lineage.retired"],
+      // the import: what dead executions left is gone, the source fenced by the list
+      ["restore-fences", "t0.lineage.jsonl"],
+      // the settle: the source's fence file, the target written, the fenced ledger deleted
+      ["restore-fences", "t0-a1.lineage.jsonl", "t0.lineage.retired"],
     ]);
+    // and then the list removed
+    expect(await listDir(dir)).toEqual(["t0-a1.lineage.jsonl", "t0.lineage.retired"]);
   });
 
   it("the first row appended to a ledger a settle created fsyncs the directory, once", async () => {

@@ -12,6 +12,7 @@ import {
   RolloutRetiredError,
 } from "#sdk/capture/ledger/errors.js";
 import type { LedgerImport } from "#sdk/capture/ledger/capture-ledger.js";
+import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   custodyRow,
   ledgerAt,
@@ -195,6 +196,29 @@ describe("importRecords", () => {
     for (const target of targets) expect(await ledger.hasRows(target.targetKey)).toBe(true);
   });
 
+  it("keys given with their EpisodeIds import exactly as keys alone do", async () => {
+    const alone = await makeTempDir();
+    try {
+      const rows = [custodyRow("c0", "r"), custodyRow("c1", "r")];
+      const outcomes = [];
+      for (const [where, episodes] of [
+        [dir, { target: episodeId("r", 2), source: episodeId("r", 1) }],
+        [alone, undefined],
+      ] as const) {
+        const ledger = ledgerAt(where);
+        await ledger.record("r-a1", custodyRow("c0", "r-a1"));
+        const result = await ledger.importRecords([
+          { targetKey: "r-a2", sourceKey: "r-a1", rows, ...(episodes ? { episodes } : {}) },
+        ]);
+        outcomes.push({ result, rows: await ledger.rows("r-a2"), files: await listDir(where) });
+      }
+      expect(outcomes[0]).toEqual(outcomes[1]);
+      expect(outcomes[0]?.result.retired).toEqual({ removed: ["r-a1"], absent: ["r"] });
+    } finally {
+      await removeTempDir(alone);
+    }
+  });
+
   it("an empty batch touches nothing", async () => {
     expect(await ledgerAt(dir).importRecords([])).toEqual({
       imported: [],
@@ -221,6 +245,25 @@ describe("importRecords validates the whole batch before touching a file", () =>
     [{ targetKey: "r-a1", sourceKey: "r", rows: [{ nope: 1 }] }, InvalidLedgerRowError],
     [{ targetKey: "r-a1", sourceKey: "r", rows: [null] }, InvalidLedgerRowError],
     [{ targetKey: "r-a1", sourceKey: "r", rows: ["c0"] }, InvalidLedgerRowError],
+    // EpisodeIds that are not those of the keys are no reason to trust the keys.
+    [
+      {
+        targetKey: "r-a1-a2",
+        sourceKey: "r",
+        rows: [],
+        episodes: { target: episodeId("r", 1), source: episodeId("r") },
+      },
+      InvalidLedgerKeyError,
+    ],
+    [
+      {
+        targetKey: "s-a1",
+        sourceKey: "r",
+        rows: [],
+        episodes: { target: episodeId("r", 1), source: episodeId("r") },
+      },
+      LedgerImportError,
+    ],
   ] as const)("refuses %j", async (bad, type) => {
     await plantDeadExecution();
     const before = await listDir(dir);

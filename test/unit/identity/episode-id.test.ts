@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import {
   EpisodeIdSchema,
   InvalidEpisodeIdError,
+  attemptOf,
   captureKey,
   episodeId,
   episodeIdFromWire,
@@ -76,6 +77,16 @@ describe("capture keys", () => {
         expect(captureKey(e)).toBe(key);
       }),
     );
+  });
+
+  it("names another attempt of the same rollout, refusing an attempt that is not an integer >= 0", () => {
+    const e = episodeId("r", 2);
+    expect(attemptOf(e, 0)).toEqual(episodeId("r", 0));
+    expect(captureKey(attemptOf(e, 7))).toBe("r-a7");
+    expect(Object.isFrozen(attemptOf(e, 1))).toBe(true);
+    for (const bad of [-1, 1.5, Number.NaN, 2 ** 53]) {
+      expect(() => attemptOf(e, bad)).toThrow(InvalidEpisodeIdError);
+    }
   });
 
   it("continues an episode as the next attempt of the same rollout", () => {

@@ -171,6 +171,24 @@ describe("a model server with two workers", () => {
     expect(await after.coordinated.restoredPending()).toEqual([]);
   });
 
+  it("a worker already running finds a restored source attempt fenced before the coordinator settles it", async () => {
+    const before = await modelServer(1, cutRound({}).service);
+    await before.workers[0]!.ledger.record("r", custodyRow("c1", "r"));
+    await before.plane.prepare({ checkpoint_id: "c1", deadline_ts: inSeconds(30) });
+    await before.plane.commit(commitReq("c1", ckptDir, ["r"]));
+
+    const after = await modelServer(2, cutRound({}).service);
+    // Both workers have used the ledger directory before the restore wrote its fence list.
+    for (const worker of after.workers) expect(await worker.ledger.hasRows("q")).toBe(false);
+    await after.plane.restore(restoreReq("c1", ckptDir, ["r"]));
+    expect(after.ledger.deferredKeys()).toContain("r");
+
+    // The source's ledger file is still there (its deletion is deferred): without its fence the
+    // late row would be appended to it.
+    expect(await after.workers[1]!.ledger.record("r", custodyRow("late", "r"))).toBe("discarded");
+    expect(after.ledger.deferredKeys()).not.toContain("r");
+  });
+
   it("refuses a restore once any worker has served a call", async () => {
     const round = cutRound({});
     const before = await modelServer(1, round.service);

@@ -1,7 +1,7 @@
 import { open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
-import { captureKey, episodeId, type EpisodeId } from "../../identity/episode-id.js";
+import { attemptOf, captureKey, type EpisodeId } from "../../identity/episode-id.js";
 import { fsyncDir } from "../../store/fs-sync.js";
 import { makeDirectories } from "../../store/safe-fs.js";
 import {
@@ -18,6 +18,7 @@ import {
   type CaptureFileKind,
 } from "./files.js";
 import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
+import { readFenceLists, removeFenceLists, writeFenceList } from "./fence-lists.js";
 import { KeyedMutex } from "../../util/keyed-mutex.js";
 import { failpoint } from "../../util/failpoints.js";
 import { Mutex } from "../../util/mutex.js";
@@ -73,6 +74,12 @@ export interface LedgerImport {
   readonly sourceKey: string;
   /** The checkpointed rows, in order; stamped with `sourceKey` when the ledger is written. */
   readonly rows: readonly LedgerRowInput[];
+  /**
+   * The EpisodeIds the keys were made from, when the caller has them: a key that is the capture
+   * key of its EpisodeId needs no parsing (a restore imports thousands). A key that is not is
+   * parsed and checked as if these were absent.
+   */
+  readonly episodes?: { readonly target: EpisodeId; readonly source: EpisodeId };
 }
 
 /** What an import batch did. */
@@ -104,11 +111,12 @@ function isCode(error: unknown, code: string): boolean {
  * ## Durability
  * A row is appended, flushed and fsynced; creating a ledger fsyncs the directory. A retire
  * writes its fences, fsyncs the directory once, then deletes; a delete fsyncs the directory
- * once per non-empty batch. An import fsyncs the directory once when it cleared something, and
- * defers its ledgers, fences and deletions ({@link importRecords}); settling them fsyncs the
- * directory after the fences and again after the writes and deletions, per batch of keys. No
- * imported ledger file is fsynced: the checkpoint is the durable copy and importing again gives
- * the same ledgers. Started markers are never fsynced.
+ * once per non-empty batch. An import writes its fences as one fence list (the file and its
+ * directory fsynced), fsyncs the directory once, and defers its ledgers, fence files and
+ * deletions ({@link importRecords}); settling them fsyncs the directory per batch of keys, and
+ * a list is removed once every fence it stands for is a durable file. No imported ledger file
+ * is fsynced: the checkpoint is the durable copy and importing again gives the same ledgers.
+ * Started markers are never fsynced.
  *
  * ## Concurrency
  * Operations on one key are serialized by an in-process lock per key; batches take their keys
@@ -131,6 +139,12 @@ export class CaptureLedger {
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
   readonly #importing = new Mutex();
+  /** The fence lists this instance's imports wrote and still needs, with the keys each fences. */
+  readonly #fenceLists = new Map<string, readonly string[]>();
+  /** The fence lists other executions left, turned into fences before the first operation. */
+  #recovered: Promise<void> | null = null;
+  /** Whether deferred work ran on use (fence files among it) since the last directory fsync began. */
+  #settledSinceSync = false;
 
   /** A ledger over `dir`, created on the first write if missing. */
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
@@ -289,6 +303,9 @@ export class CaptureLedger {
   async delete(keys: readonly string[]): Promise<LedgerRemoval> {
     const batch = ledgerKeyBatch(keys);
     if (batch.length === 0) return { removed: [], absent: [] };
+    // A fence list naming a deleted key would fence it again after a crash: the lists naming
+    // these keys are finished (every fence written, the lists removed) first.
+    if (this.#listed(batch)) await this.settleDeferred();
     const removedFlags = await this.#run(batch, async () => {
       const flags = await inSlices(batch, (key) => this.#deleteFiles(key));
       // Even when nothing was found: an overlapping delete may not have synced its removals.
@@ -309,6 +326,7 @@ export class CaptureLedger {
     if (list.some((e) => e.attempt >= FENCE_WINDOW)) {
       // The listing must hold what earlier imports deferred, or an old attempt's ledger written
       // after it would escape its fence.
+      await this.#recoverFenceLists();
       await this.settleDeferred();
       index = new RolloutIndex(await this.#listing());
     }
@@ -336,12 +354,14 @@ export class CaptureLedger {
    *    executions left for attempts `T, T+1, …` of that rollout only: ledgers, fences, started
    *    markers and token files. A fence left there would discard the restored rows later.
    * 3. Fences attempts `0..N` of every source (the retire's first half; targets are not
-   *    retired) and fsyncs the directory once: the clearing and the fences are durable when the
-   *    import returns.
-   * 4. Defers the rest: writing each target's ledger as exactly its rows, stamped
-   *    ({@link stampRows}; no file for a target without rows), and deleting the fenced source
-   *    ledgers and their started markers. Every operation on a key runs its deferred work first,
-   *    so none can tell; {@link settleDeferred} runs the rest in the background.
+   *    retired) by writing their keys as one fence list (`restore-fences/<name>.keys`), and
+   *    fsyncs the directory once: the clearing and the fences are durable when the import
+   *    returns.
+   * 4. Defers the rest: each source's fence file, writing each target's ledger as exactly its
+   *    rows, stamped ({@link stampRows}; no file for a target without rows), and deleting the
+   *    fenced source ledgers and their started markers. Every operation on a key runs its
+   *    deferred work first, so none can tell; {@link settleDeferred} runs the rest in the
+   *    background, then removes the list.
    *
    * Imports run one at a time, each after the work earlier ones deferred.
    *
@@ -349,8 +369,12 @@ export class CaptureLedger {
    * A restore of 8,000 episodes would otherwise create 8,000 files and delete 8,000 more inside
    * the restore. The checkpoint is the durable copy of the rows (ledger files of an import are
    * never fsynced), and a crash before they are written is followed by another restore. The
-   * fences are not deferred: other processes sharing the directory, and processes started after
-   * a crash, must see the source attempts retired; they are cheap hard links.
+   * fences must be durable before the import returns, but need not be files yet: one list is a
+   * write and two fsyncs where 8,000 hard links cost ~100 ms of CPU. Any instance reads the
+   * lists it finds at its first operation and writes their fences then, so a process started
+   * after a crash sees the source attempts retired; a worker of the same server asks its
+   * coordinator to settle a key before using it (`beforeUse`). A process of another server
+   * sharing the directory, already running, sees the fence files once they are settled.
    */
   async importRecords(targets: readonly LedgerImport[]): Promise<LedgerImportResult> {
     const plans = planImport(targets);
@@ -362,17 +386,21 @@ export class CaptureLedger {
 
   async #importPlans(plans: readonly ImportPlan[]): Promise<LedgerImportResult> {
     await this.#ensureDir();
+    await this.#recoverFenceLists();
     await this.settleDeferred();
     const listing = await readdir(this.#dir);
     const index = new RolloutIndex(listing);
     const listed = new Set(listing);
     const doomed = plans.flatMap((plan) => index.fromAttempt(plan.target));
-    const sources = ledgerKeyBatch(
-      attemptKeysThrough(
-        plans.map((plan) => plan.source),
-        index,
+    // Built from EpisodeIds: valid keys, only repeats to drop.
+    const sources = [
+      ...new Set(
+        attemptKeysThrough(
+          plans.map((plan) => plan.source),
+          index,
+        ),
       ),
-    );
+    ];
     const lockKeys = [
       ...doomed.map((file) => file.key),
       ...plans.map((plan) => plan.targetKey),
@@ -383,9 +411,21 @@ export class CaptureLedger {
       failpoint("ledger.import.clear");
       await inSlices(doomed, (file) => unlinkIfPresentSync(path.join(this.#dir, file.name)));
       failpoint("ledger.import.fence");
-      const fences = new EmptyFileBatch();
-      await inSlices(sources, (key) => fences.create(this.#path(key, "fence")));
-      // The clearing and the fences are durable before the import returns.
+      if (sources.length > 0) {
+        const list = await writeFenceList(this.#dir, sources);
+        // From here on the sources are fenced, even should the import fail: each key's fence
+        // file is owed (links to one inode, as a retire makes them) until the list goes.
+        const fences = new EmptyFileBatch();
+        for (const key of sources) {
+          this.#deferred.defer(key, {
+            run: () => fences.create(this.#path(key, "fence")),
+            creates: false,
+          });
+        }
+        this.#fenceLists.set(list, sources);
+      }
+      // The clearing and the fence list (a new list directory's entry too) are durable before
+      // the import returns.
       failpoint("ledger.import.fsync");
       await fsyncDir(this.#dir);
       for (const plan of plans) {
@@ -400,7 +440,7 @@ export class CaptureLedger {
           creates: true,
         });
       }
-      // The fences are durable: the deletions they allow need no fsync of their own first.
+      // The list makes the fences durable: the deletions they allow need no fsync first.
       for (const key of sources) {
         this.#deferred.defer(key, { run: () => this.#deleteFenced(key), creates: false });
       }
@@ -455,6 +495,11 @@ export class CaptureLedger {
     return this.#deferred.size;
   }
 
+  /** The keys that still have file work an import deferred (targets and fenced sources). */
+  deferredKeys(): string[] {
+    return this.#deferred.keys();
+  }
+
   /**
    * Starts {@link settleDeferred} unless nothing waits or it is running already; resolves when
    * it ends. A failure is logged (warn), not thrown, and the work that failed waits for its
@@ -497,6 +542,7 @@ export class CaptureLedger {
       await this.#locks.run(keys, async () => {
         const outcome = await this.#settleEach(keys);
         // The writes and deletions are durable: appends to these ledgers need no fsync of it.
+        this.#settledSinceSync = false;
         await fsyncDir(this.#dir);
         this.#deferred.synced(keys);
         for (const key of outcome.failed) failed.add(key);
@@ -504,6 +550,67 @@ export class CaptureLedger {
       });
     }
     if (firstFailure !== null) throw firstFailure;
+    await this.#dropSettledFenceLists();
+  }
+
+  /**
+   * Removes the fence lists whose every key has its fence file, once a directory fsync made
+   * those fences durable (keys settled one by one, on use, were not fsynced yet).
+   */
+  async #dropSettledFenceLists(): Promise<void> {
+    const settled: string[] = [];
+    for (const [name, keys] of this.#fenceLists) {
+      if (keys.every((key) => this.#deferred.get(key) === undefined)) settled.push(name);
+    }
+    if (settled.length === 0) return;
+    if (this.#settledSinceSync) {
+      this.#settledSinceSync = false;
+      await fsyncDir(this.#dir);
+    }
+    await removeFenceLists(this.#dir, settled);
+    for (const name of settled) this.#fenceLists.delete(name);
+  }
+
+  /** Whether a fence list this instance still needs names one of `keys`. */
+  #listed(keys: readonly string[]): boolean {
+    if (this.#fenceLists.size === 0) return false;
+    const wanted = new Set(keys);
+    for (const listed of this.#fenceLists.values()) {
+      if (listed.some((key) => wanted.has(key))) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Turns the fence lists another execution left (it crashed before removing them, or is a
+   * process sharing the directory) into fence files, deleting the fenced ledgers as an import's
+   * deferred work would; fsyncs; removes the lists. Once per instance, before its first
+   * operation: no fence a list stands for is ever missed. Idempotent, so two processes
+   * recovering the same list, or recovering a list its writer still settles, agree.
+   */
+  async #recoverFenceLists(): Promise<void> {
+    this.#recovered ??= (async () => {
+      const lists = await readFenceLists(this.#dir);
+      if (lists.length === 0) return;
+      const fences = new EmptyFileBatch();
+      for (const list of lists) {
+        await inSlices(list.keys, (key) => {
+          fences.create(this.#path(key, "fence"));
+          this.#deleteFenced(key);
+        });
+      }
+      await fsyncDir(this.#dir);
+      await removeFenceLists(
+        this.#dir,
+        lists.map((list) => list.name),
+      );
+    })();
+    try {
+      await this.#recovered;
+    } catch (error) {
+      this.#recovered = null;
+      throw error;
+    }
   }
 
   /**
@@ -527,6 +634,7 @@ export class CaptureLedger {
    */
   async #run<T>(keys: Iterable<string>, fn: () => Promise<T>): Promise<T> {
     const unique = [...new Set(keys)];
+    await this.#recoverFenceLists();
     await this.#beforeUse?.(unique);
     return await this.#locks.run(unique, async () => {
       await this.#settle(unique);
@@ -540,6 +648,8 @@ export class CaptureLedger {
    * work that did not finish waiting.
    */
   async #settle(keys: readonly string[]): Promise<void> {
+    if (this.#deferred.size === 0) return;
+    if (keys.some((key) => this.#deferred.get(key) !== undefined)) this.#settledSinceSync = true;
     const { failure } = await this.#settleEach(keys);
     if (failure !== null) throw failure;
   }
@@ -719,11 +829,11 @@ function attemptKeysThrough(
       if (index === null) throw new Error("a listing is needed past the fence window");
       const below = index.attemptsOf(episode.rollout_id).filter((a) => a < windowStart);
       for (const attempt of below.sort((a, b) => a - b)) {
-        keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
+        keys.push(captureKey(attemptOf(episode, attempt)));
       }
     }
     for (let attempt = windowStart; attempt <= episode.attempt; attempt++) {
-      keys.push(captureKey(episodeId(episode.rollout_id, attempt)));
+      keys.push(captureKey(attemptOf(episode, attempt)));
     }
   }
   return keys;
@@ -749,12 +859,22 @@ interface ImportPlan {
   readonly rows: readonly LedgerRowInput[];
 }
 
+/**
+ * The episode `key` names: `given` itself when `key` is its capture key (an EpisodeId is valid
+ * by construction, so no parse is needed), else the key parsed and checked.
+ */
+function episodeOfKey(key: string, given: EpisodeId | undefined): EpisodeId {
+  return given !== undefined && typeof key === "string" && captureKey(given) === key
+    ? given
+    : ledgerEpisode(key);
+}
+
 /** Validates an import batch whole and encodes its ledgers, before any file is touched. */
 function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
   const rollouts = new Set<string>();
-  return targets.map(({ targetKey, sourceKey, rows }) => {
-    const target = ledgerEpisode(targetKey);
-    const source = ledgerEpisode(sourceKey);
+  return targets.map(({ targetKey, sourceKey, rows, episodes }) => {
+    const target = episodeOfKey(targetKey, episodes?.target);
+    const source = episodeOfKey(sourceKey, episodes?.source);
     if (target.rollout_id !== source.rollout_id || target.attempt <= source.attempt) {
       throw new LedgerImportError(
         `cannot import '${sourceKey}' as '${targetKey}': the target must be a later attempt of the same rollout`,

@@ -171,9 +171,13 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
     await this.pool.callAll("policy_check_fresh", () => ({}), signal);
     await this.#policy.install(records as readonly ModelRecord[], scope);
     const targets = [...this.#policy.gate.restoredTargets];
+    // Every key whose files the import left for later, the fenced sources' included: a worker
+    // asks for them to be written before it uses one (a late row of a source attempt must find
+    // its fence).
+    const owedKeys = this.#policy.ledger?.deferredKeys() ?? [];
     await this.pool.callAll(
       "policy_restored",
-      () => ({ targets, cut_keys: this.#policy.restoredCuts.keys() }),
+      () => ({ targets, owed_keys: owedKeys, cut_keys: this.#policy.restoredCuts.keys() }),
       signal,
     );
   }

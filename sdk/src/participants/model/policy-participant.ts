@@ -232,7 +232,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         const targets = body.targets as string[];
         for (const key of [...this.gate.restoredTargets]) this.gate.restoredTargets.delete(key);
         for (const key of targets) this.gate.restoredTargets.add(key);
-        worker.ledger.adopt(targets);
+        worker.ledger.adopt([...targets, ...((body.owed_keys as string[] | undefined) ?? [])]);
         worker.cuts.adopt(body.cut_keys as string[]);
         this.notify();
         return null;
@@ -410,11 +410,15 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     if (ledger !== null) {
       try {
         await ledger.importRecords(
-          [...episodes].map(([sourceKey, e]) => ({
-            targetKey: captureKey(nextAttempt(e)),
-            sourceKey,
-            rows: (byKey.get(sourceKey)?.rows ?? []) as never,
-          })),
+          [...episodes].map(([sourceKey, e]) => {
+            const target = nextAttempt(e);
+            return {
+              targetKey: captureKey(target),
+              sourceKey,
+              rows: (byKey.get(sourceKey)?.rows ?? []) as never,
+              episodes: { target, source: e },
+            };
+          }),
         );
       } catch (error) {
         if (error instanceof CheckpointError) throw error;
@@ -425,11 +429,9 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         );
       }
     }
-    for (const [sourceKey, r] of byKey) {
+    for (const r of byKey.values()) {
       const cut = r.generation_cuts[0];
-      if (cut !== undefined) {
-        this.restoredCuts.install(captureKey(nextAttempt(fromCaptureKey(sourceKey))), cut);
-      }
+      if (cut !== undefined) this.restoredCuts.install(captureKey(nextAttempt(r.episode_id)), cut);
     }
     for (const e of episodes.values()) this.gate.restoredTargets.add(nextAttempt(e));
     this.notify();
