@@ -680,6 +680,19 @@ function checkParsed(container: object, depth: number): number {
   return verdict;
 }
 
+/** Containers {@link decodeJsonWithin} produced with `JSON.parse` and found exact. */
+const nativelyDecoded = new WeakSet<object>();
+
+/**
+ * Whether `value` is a container {@link decodeJson} (or a whole-line decode) produced natively:
+ * then it held no `NaN`, `Infinity` or unsafe integer literal, so nothing in it is a bigint or
+ * a non-finite number, and a check for those need not walk it. Only as decoded: the caller
+ * vouches that nothing changed it since.
+ */
+export function decodedAsStandardJson(value: object): boolean {
+  return nativelyDecoded.has(value);
+}
+
 /**
  * Decodes one JSON value: standard JSON plus the bare tokens `NaN`, `Infinity` and `-Infinity`.
  * Integer literals outside the safe-integer range become bigints (exact); everything else with
@@ -722,6 +735,7 @@ export function decodeJsonWithin(text: string, outerDepth: number): JsonValue {
             : PARSED_OK;
       // Native parsing is exact unless a 16+ digit integer literal was rounded.
       if (verdict === PARSED_OK || (verdict === PARSED_BIG_NUMBER && !LONG_INTEGER.test(text))) {
+        if (typeof parsed === "object" && parsed !== null) nativelyDecoded.add(parsed);
         return parsed as JsonValue;
       }
     }

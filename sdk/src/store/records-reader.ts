@@ -5,7 +5,7 @@ import { CheckpointStateError } from "../errors.js";
 import { failpoint } from "../util/failpoints.js";
 import { captureKey, episodeIdFromWire, type EpisodeId } from "../identity/episode-id.js";
 import { decodeJsonLine } from "../json/json-line-decoder.js";
-import { withDecodedPayloadsTrusted } from "../json/json-value.js";
+import { decodedAsStandardJson, withDecodedPayloadsTrusted } from "../json/json-value.js";
 import {
   MANIFEST_SCHEMA_VERSION,
   RECORDS_FILE_PATTERN,
@@ -99,7 +99,7 @@ export function validateStored<R extends RecordBase>(
   schema: z.ZodType<R>,
 ): R {
   const fast = parseDecodedRecord(schema, value, episode);
-  if (fast !== null) return fast;
+  if (fast !== null) return markedStandard(value, fast);
   const parsed = withDecodedPayloadsTrusted(() => schema.safeParse(value));
   if (!parsed.success) {
     const key = captureKey(episode);
@@ -108,7 +108,25 @@ export function validateStored<R extends RecordBase>(
       .join("; ");
     throw corrupt(`checkpoint record of episode '${key}' is invalid: ${issues}`, key);
   }
-  return parsed.data;
+  return markedStandard(value, parsed.data);
+}
+
+/** Records read from lines that were standard JSON (see {@link readAsStandardJson}). */
+const standardRecords = new WeakSet<object>();
+
+/** `record`, remembered as standard JSON when the line it was read from was. */
+function markedStandard<R extends object>(value: object, record: R): R {
+  if (decodedAsStandardJson(value)) standardRecords.add(record);
+  return record;
+}
+
+/**
+ * Whether `record` was read by {@link validateStored} from a line decoded natively: nothing in
+ * it is a bigint or a non-finite number (see `decodedAsStandardJson`), so a consumer that needs
+ * standard JSON (the capture ledger's import) need not walk its values again.
+ */
+export function readAsStandardJson(record: object): boolean {
+  return standardRecords.has(record);
 }
 
 /** Reads and verifies the checkpoint, keeping what `keep` makes of each line (null: dropped). */

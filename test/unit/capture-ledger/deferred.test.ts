@@ -84,6 +84,29 @@ describe("an import defers its ledger writes and source deletions", () => {
     expect(await afterCrash.record("s", custodyRow("late", "s"))).toBe("discarded");
   });
 
+  it("settles running side by side, and beside the next import, remove a fence list once and lose none", async () => {
+    for (let round = 0; round < 10; round++) {
+      const rollout = `r${round}`;
+      const ledger = await deadSource(rollout);
+      await ledger.importRecords([
+        { targetKey: `${rollout}-a1`, sourceKey: rollout, rows: [custodyRow("c0", rollout)] },
+      ]);
+
+      await Promise.all([
+        ledger.settleDeferred(),
+        ledger.settleDeferred(),
+        ledger.importRecords([{ targetKey: `q${round}-a1`, sourceKey: `q${round}`, rows: [] }]),
+        ledger.settleInBackground(),
+      ]);
+      await ledger.settleDeferred();
+
+      expect(await listDir(dir)).not.toContain("restore-fences");
+      expect(await listDir(dir)).toEqual(
+        expect.arrayContaining([`${rollout}.lineage.retired`, `q${round}.lineage.retired`]),
+      );
+    }
+  });
+
   it("another server sharing the directory sees the source retired as soon as the import returns", async () => {
     const ledger = await deadSource("r");
     const other = ledgerAt(dir);

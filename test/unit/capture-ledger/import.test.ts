@@ -273,6 +273,26 @@ describe("importRecords validates the whole batch before touching a file", () =>
     expect(await listDir(dir)).toEqual(before);
   });
 
+  it("rows vouched for as standard JSON are checked for their shape only", async () => {
+    const ledger = ledgerAt(dir);
+    await rejectsWith(
+      ledger.importRecords([
+        { targetKey: "r-a1", sourceKey: "r", rows: [{ nope: 1 } as never], rowsStandardJson: true },
+      ]),
+      InvalidLedgerRowError,
+    );
+    // Not walked: the caller's word (a natively decoded checkpoint line) stands in for it.
+    await ledger.importRecords([
+      {
+        targetKey: "q-a1",
+        sourceKey: "q",
+        rows: [{ model_call_id: "c", x: Number.NaN }],
+        rowsStandardJson: true,
+      },
+    ]);
+    expect(ledger.deferredKeys()).toContain("q-a1");
+  });
+
   it("refuses two targets of one rollout", async () => {
     const ledger = ledgerAt(dir);
     await rejectsWith(

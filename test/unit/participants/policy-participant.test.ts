@@ -14,6 +14,7 @@ import type { LedgerRow } from "#sdk/capture/ledger/row-codec.js";
 import { conversationDigest } from "#sdk/capture/fingerprints.js";
 import { ControlPlane } from "#sdk/control/control-plane.js";
 import { GymError } from "#sdk/errors.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
 import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
 import type { Ticket } from "#sdk/participants/model/policy-gate.js";
 import {
@@ -568,6 +569,25 @@ async function readFileText(name: string): Promise<string> {
 // ------------------------------------------------------ commit and restore through the plane
 
 describe("PolicyParticipant through commit and restore", () => {
+  it("refuses a checkpoint whose ledger row holds a NaN (a line not read as standard JSON is walked); nothing is installed", async () => {
+    // What another writer could have stored: the store keeps NaN, the ledger takes standard JSON.
+    await new RecordsWriter({
+      checkpointDir: ckptDir,
+      kind: "model",
+      instance: "policy",
+      checkpointId: "ck",
+    }).write([record(r0, [{ ...custodyRow("c1", "r"), logprob: Number.NaN } as LedgerRow])]);
+    const b = participant();
+    const cpB = plane(b);
+
+    const refused = await cpB.restore(restoreReq("rs", ckptDir, ["r"])).catch((e: unknown) => e);
+
+    expect(refused).toBeInstanceOf(GymError);
+    expect((refused as GymError).message).toContain("capture ledger refused the restore");
+    expect(b.restoredPending()).toEqual([]);
+    expect(await listDir(dir)).toEqual([]);
+  });
+
   it("commits rows minus undelivered calls plus the latest cut, and a fresh server restores them", async () => {
     const round = cutRound({ c2: cutOf("c2", "r") });
     const a = participant({ cuts: round.service });

@@ -7,7 +7,7 @@
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { readCheckpoint } from "#sdk/store/records-reader.js";
+import { readAsStandardJson, readCheckpoint } from "#sdk/store/records-reader.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import {
   INSTANCE,
@@ -158,6 +158,28 @@ describe("manifest", () => {
       i: -Infinity,
       b: 123456789012345678901234567890n,
     });
+  });
+});
+
+describe("records read from standard JSON", () => {
+  it("are known as such; a line with a NaN token, an unsafe integer or a bigint is not", async () => {
+    await plant(
+      dir,
+      lines(
+        line("r", '{"n":1.5,"s":"é"}'),
+        line("s", "[1,NaN]"),
+        line("t", "12345678901234567890"),
+        line("u", "-Infinity"),
+      ),
+    );
+    const records = (await read(dir)).records;
+    expect(records.map((record) => readAsStandardJson(record))).toEqual([
+      true,
+      false,
+      false,
+      false,
+    ]);
+    expect(readAsStandardJson({ ...records[0] })).toBe(false);
   });
 });
 

@@ -6,7 +6,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { decodeJsonLine, decodeJsonLineIn } from "#sdk/json/json-line-decoder.js";
-import { MAX_JSON_DEPTH, decodeJson, encodeJson, type JsonValue } from "#sdk/json/json-value.js";
+import {
+  MAX_JSON_DEPTH,
+  decodeJson,
+  decodedAsStandardJson,
+  encodeJson,
+  type JsonValue,
+} from "#sdk/json/json-value.js";
 
 type Outcome = { ok: true; value: JsonValue } | { ok: false; name: string; message: string };
 
@@ -180,5 +186,29 @@ describe("decodeJsonLine", () => {
     const text = encodeJson(record);
     expect(text.length).toBeGreaterThan(200_000);
     expectIdentical(decodeJsonLine(Buffer.from(text)), decodeJson(text));
+  });
+});
+
+/** Whether a decoded value holds a bigint or a non-finite number anywhere. */
+function holdsExtended(value: unknown): boolean {
+  if (typeof value === "bigint") return true;
+  if (typeof value === "number") return !Number.isFinite(value);
+  if (value === null || typeof value !== "object") return false;
+  return Object.values(value).some(holdsExtended);
+}
+
+describe("decodedAsStandardJson", () => {
+  it("marks a natively decoded container, never one holding a bigint or a non-finite number", () => {
+    const extendedTokens = fc.constantFrom("NaN", "-Infinity", "12345678901234567890", "1");
+    fc.assert(
+      fc.property(fc.json({ maxDepth: 3 }), extendedTokens, (text, token) => {
+        const withToken = `{"v":${text},"w":[${token}]}`;
+        const value = decodeJson(withToken);
+        if (decodedAsStandardJson(value as object)) expect(holdsExtended(value)).toBe(false);
+        if (token === "1") expect(decodedAsStandardJson(value as object)).toBe(true);
+      }),
+      { numRuns: 200, seed: 20261206 },
+    );
+    expect(decodedAsStandardJson({ a: 1 })).toBe(false);
   });
 });

@@ -34,6 +34,7 @@ import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
 import {
   checkRow,
+  checkRowShape,
   decodeRowLine,
   encodeRowLine,
   type LedgerRow,
@@ -80,6 +81,11 @@ export interface LedgerImport {
    * parsed and checked as if these were absent.
    */
   readonly episodes?: { readonly target: EpisodeId; readonly source: EpisodeId };
+  /**
+   * The rows are known to hold only standard JSON (decoded natively from a checkpoint, see
+   * `readAsStandardJson`): their values are not walked again, only their shape is checked.
+   */
+  readonly rowsStandardJson?: boolean;
 }
 
 /** What an import batch did. */
@@ -558,17 +564,26 @@ export class CaptureLedger {
    * those fences durable (keys settled one by one, on use, were not fsynced yet).
    */
   async #dropSettledFenceLists(): Promise<void> {
-    const settled: string[] = [];
-    for (const [name, keys] of this.#fenceLists) {
-      if (keys.every((key) => this.#deferred.get(key) === undefined)) settled.push(name);
-    }
+    const settled = [...this.#fenceLists].filter(([, keys]) =>
+      keys.every((key) => this.#deferred.get(key) === undefined),
+    );
     if (settled.length === 0) return;
-    if (this.#settledSinceSync) {
-      this.#settledSinceSync = false;
-      await fsyncDir(this.#dir);
+    // Claimed before any await: a settle running beside this one (the background one and an
+    // import's) leaves them to this one.
+    for (const [name] of settled) this.#fenceLists.delete(name);
+    try {
+      if (this.#settledSinceSync) {
+        this.#settledSinceSync = false;
+        await fsyncDir(this.#dir);
+      }
+      await removeFenceLists(
+        this.#dir,
+        settled.map(([name]) => name),
+      );
+    } catch (error) {
+      for (const [name, keys] of settled) this.#fenceLists.set(name, keys);
+      throw error;
     }
-    await removeFenceLists(this.#dir, settled);
-    for (const name of settled) this.#fenceLists.delete(name);
   }
 
   /** Whether a fence list this instance still needs names one of `keys`. */
@@ -872,7 +887,7 @@ function episodeOfKey(key: string, given: EpisodeId | undefined): EpisodeId {
 /** Validates an import batch whole and encodes its ledgers, before any file is touched. */
 function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
   const rollouts = new Set<string>();
-  return targets.map(({ targetKey, sourceKey, rows, episodes }) => {
+  return targets.map(({ targetKey, sourceKey, rows, episodes, rowsStandardJson }) => {
     const target = episodeOfKey(targetKey, episodes?.target);
     const source = episodeOfKey(sourceKey, episodes?.source);
     if (target.rollout_id !== source.rollout_id || target.attempt <= source.attempt) {
@@ -895,7 +910,9 @@ function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
         row !== null &&
         "capture_key" in row &&
         row.capture_key === undefined;
-      checkRow(targetKey, undefinedStamp ? stampRows([row], sourceKey)[0] : row);
+      const checked = undefinedStamp ? stampRows([row], sourceKey)[0] : row;
+      if (rowsStandardJson === true) checkRowShape(targetKey, checked);
+      else checkRow(targetKey, checked);
     }
     return { targetKey, sourceKey, target, source, rows };
   });

@@ -42,14 +42,22 @@ function isCode(error: unknown, code: string): boolean {
  */
 export async function writeFenceList(ledgerDir: string, keys: readonly string[]): Promise<string> {
   const dir = path.join(ledgerDir, FENCE_LIST_DIR);
-  try {
-    await mkdir(dir);
-  } catch (error) {
-    if (!isCode(error, "EEXIST")) throw error;
-  }
   const name = `${Date.now()}-${process.pid}-${randomBytes(4).toString("hex")}${LIST_SUFFIX}`;
-  await writeFileDurably(path.join(dir, name), keys.length === 0 ? "" : `${keys.join("\n")}\n`);
-  return name;
+  const text = keys.length === 0 ? "" : `${keys.join("\n")}\n`;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await mkdir(dir);
+    } catch (error) {
+      if (!isCode(error, "EEXIST")) throw error;
+    }
+    try {
+      await writeFileDurably(path.join(dir, name), text);
+      return name;
+    } catch (error) {
+      // The directory was removed meanwhile (a settle that found it empty): make it again.
+      if (!isCode(error, "ENOENT") || attempt >= 3) throw error;
+    }
+  }
 }
 
 /**
@@ -101,7 +109,13 @@ export async function removeFenceLists(ledgerDir: string, names: readonly string
       if (!isCode(error, "ENOENT")) throw error;
     });
   }
-  await fsyncDir(dir);
+  try {
+    await fsyncDir(dir);
+  } catch (error) {
+    // Removed by another settle that removed these lists too: nothing left to make durable.
+    if (isCode(error, "ENOENT")) return;
+    throw error;
+  }
   await rmdir(dir).catch((error: unknown) => {
     // Another list (another process's import) is still there, or another process removed it.
     if (!isCode(error, "ENOTEMPTY") && !isCode(error, "EEXIST") && !isCode(error, "ENOENT")) {

@@ -71,13 +71,7 @@ export function encodeRowLine(key: string, row: unknown): string {
  * @throws {@link InvalidLedgerRowError} when the row is not a JSON object naming its model call.
  */
 export function checkRow(key: string, row: unknown): void {
-  if (row === null || typeof row !== "object" || Array.isArray(row)) {
-    throw new InvalidLedgerRowError(key, "a row is a JSON object");
-  }
-  const callId = (row as { model_call_id?: unknown }).model_call_id;
-  if (typeof callId !== "string" || callId.length === 0) {
-    throw new InvalidLedgerRowError(key, "a row needs a non-empty string model_call_id");
-  }
+  const callId = checkRowShape(key, row);
   try {
     assertStandardJson(row);
   } catch (error) {
@@ -86,6 +80,23 @@ export function checkRow(key: string, row: unknown): void {
       cause: error,
     });
   }
+}
+
+/**
+ * The part of {@link checkRow} that does not walk the row's values: a JSON object naming its
+ * model call. For rows known to hold only standard JSON. Returns the call's ID.
+ *
+ * @throws {@link InvalidLedgerRowError} when the row is not an object naming its model call.
+ */
+export function checkRowShape(key: string, row: unknown): string {
+  if (row === null || typeof row !== "object" || Array.isArray(row)) {
+    throw new InvalidLedgerRowError(key, "a row is a JSON object");
+  }
+  const callId = (row as { model_call_id?: unknown }).model_call_id;
+  if (typeof callId !== "string" || callId.length === 0) {
+    throw new InvalidLedgerRowError(key, "a row needs a non-empty string model_call_id");
+  }
+  return callId;
 }
 
 /** Freezes a parsed value all the way down: cached rows are shared with every reader. */

@@ -26,6 +26,7 @@ import type { CaptureLedger } from "../../capture/ledger/capture-ledger.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { isPlainRecord } from "../../util/plain-record.js";
 import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
+import { readAsStandardJson } from "../../store/records-reader.js";
 import type { Participant as ParticipantBase } from "../../control/participant.js";
 import type { WorkerPool } from "../../control/workers/worker-pool.js";
 import { cutTickets, type CutService } from "./cut-service.js";
@@ -412,11 +413,14 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         await ledger.importRecords(
           [...episodes].map(([sourceKey, e]) => {
             const target = nextAttempt(e);
+            const record = byKey.get(sourceKey);
             return {
               targetKey: captureKey(target),
               sourceKey,
-              rows: (byKey.get(sourceKey)?.rows ?? []) as never,
+              rows: (record?.rows ?? []) as never,
               episodes: { target, source: e },
+              // Rows read from a natively decoded line are not walked again.
+              rowsStandardJson: record !== undefined && readAsStandardJson(record),
             };
           }),
         );
