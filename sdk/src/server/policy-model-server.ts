@@ -160,6 +160,8 @@ export class PolicyModelServer<
         : new CaptureLedger(config.capture_dir, {
             logger: this.logger,
             beforeUse: hook?.beforeUse,
+            // A worker's coordinator owns the restore's fence lists (see docs/workers.md).
+            recoverFenceLists: hook === null,
           });
     if (!config.checkpoint_policy) {
       this.#ledger = ledgerAt(null);

@@ -7,6 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
+import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
 import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
 import { DeferredFileWork } from "#sdk/capture/ledger/deferred-file-work.js";
 import {
@@ -67,6 +68,20 @@ describe("an import defers its ledger writes and source deletions", () => {
     // The source's fence written, its ledger and marker deleted, the list gone; the target's
     // ledger is the next restore's to write (the checkpoint holds its rows).
     expect(await listDir(dir)).toEqual(["r.lineage.retired"]);
+  });
+
+  it("a ledger told not to recover fence lists (a worker's) leaves another's list to its writer", async () => {
+    const coordinator = await deadSource("r");
+    await coordinator.importRecords([
+      { targetKey: "r-a1", sourceKey: "r", rows: [custodyRow("c0", "r")] },
+    ]);
+
+    const worker = new CaptureLedger(dir, { recoverFenceLists: false });
+    expect(await worker.hasRows("q")).toBe(false);
+
+    expect(await listDir(dir)).toEqual(["r.lineage.jsonl", "r.lineage.started", "restore-fences"]);
+    await coordinator.settleDeferred();
+    expect(await listDir(dir)).toEqual(["r-a1.lineage.jsonl", "r.lineage.retired"]);
   });
 
   it("deleting a key a fence list names finishes the list first: after a crash the key is not fenced again", async () => {

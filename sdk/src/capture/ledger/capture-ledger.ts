@@ -51,6 +51,14 @@ export interface CaptureLedgerOptions {
    * server asks its coordinator here to write the files a restore deferred for them.
    */
   readonly beforeUse?: ((keys: readonly string[]) => Promise<void>) | null;
+  /**
+   * Whether the first operation writes the fences of the fence lists it finds (see
+   * {@link CaptureLedger.importRecords}). A worker of a multi-worker model server says no: the
+   * lists it could find are its coordinator's, which settles them (a worker asks for a key's
+   * files before it uses the key), and writing thousands of fences on a worker's first call
+   * would only repeat that work. @default true
+   */
+  readonly recoverFenceLists?: boolean;
 }
 
 /** What a retire or delete batch did: keys whose ledger it removed, and the others. */
@@ -157,6 +165,7 @@ export class CaptureLedger {
     this.#dir = dir;
     this.#logger = options.logger ?? null;
     this.#beforeUse = options.beforeUse ?? null;
+    if (options.recoverFenceLists === false) this.#recovered = Promise.resolve();
   }
 
   /** The ledger directory. */
