@@ -45,6 +45,8 @@ export type Progress = (stage: string, detail?: string) => void;
 
 interface RunOutcome {
   readonly status: number;
+  /** Why the request failed without a status (status 0). */
+  readonly error?: string;
   readonly body: {
     result?: { reward?: number } | null;
     failure?: { failure_reason?: string } | null;
@@ -95,8 +97,10 @@ async function sendRun(url: string, body: unknown): Promise<RunOutcome> {
     });
     const text = await res.text();
     return { status: res.status, body: text.length === 0 ? null : JSON.parse(text) };
-  } catch {
-    return { status: 0, body: null }; // the server died under it
+  } catch (error) {
+    // The server died under it, or the connection failed.
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    return { status: 0, body: null, error: cause?.code ?? cause?.message ?? String(error) };
   }
 }
 
@@ -176,12 +180,19 @@ export async function runScenario(
   const env = run.url("counter_env");
   const first = new Map<string, Promise<RunOutcome>>();
   const replied = new Set<string>();
+  /** How rollouts that did not answer 200 ended, by status and detail (for the problems). */
+  const unanswered = new Map<string, number>();
   episodes.forEach((episode, i) => {
     const key = captureKey(episode);
     const sent = sendRun(env, runBody(episode, i, quick(i)));
     first.set(key, sent);
     void sent.then((outcome) => {
-      if (outcome.status === 200) replied.add(key);
+      if (outcome.status === 200) {
+        replied.add(key);
+        return;
+      }
+      const why = `status ${outcome.status}: ${JSON.stringify(outcome.body ?? outcome.error ?? null).slice(0, 200)}`;
+      unanswered.set(why, (unanswered.get(why) ?? 0) + 1);
     });
   });
   const expectedHeld = episodes.filter((_, i) => !quick(i)).length;
@@ -211,8 +222,12 @@ export async function runScenario(
       }
       if (held >= expectedHeld && replied.size >= options.rollouts - expectedHeld) return held;
       if (held > 0 && Date.now() - lastChange > 20_000) {
+        const ended = [...unanswered].map(([why, n]) => `${n} ended with ${why}`);
+        const endedCount = [...unanswered.values()].reduce((sum, n) => sum + n, 0);
+        const pending = options.rollouts - held - replied.size - endedCount;
         problems.push(
-          `${options.rollouts - held - replied.size} rollouts neither replied nor reached their held call before the checkpoint`,
+          `${options.rollouts - held - replied.size} rollouts neither replied nor reached their held call before the checkpoint` +
+            ` (${[`${pending} still waiting for their reply`, ...ended].join("; ")})`,
         );
         return held;
       }

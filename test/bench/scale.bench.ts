@@ -198,6 +198,11 @@ async function runOnce(index: number): Promise<RunFigures> {
       process.stdout.write(table(rows));
       for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
       printBaseline(costs, report.commitSeconds, report.restoreSeconds);
+    } else {
+      // The medians only count problems: say which, as they happen.
+      for (const problem of report.problems.slice(0, 5)) {
+        process.stderr.write(`[run ${index + 1}] problem  ${problem}\n`);
+      }
     }
     // A temporary run directory (thousands of ledger files) goes with a clean run.
     if (report.problems.length === 0 && options.dir === undefined) {
