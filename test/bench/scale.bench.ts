@@ -31,6 +31,7 @@ import {
   type Snapshot,
 } from "./cpu-breakdown.js";
 import { median } from "./median.js";
+import { listenOverflows } from "./listen-overflows.js";
 import { printProfiles, recordWindow, type PhaseWindow } from "./profile-window.js";
 import { measureStoreBaseline, type StoreCost } from "./store-baseline.js";
 
@@ -134,6 +135,7 @@ async function runOnce(index: number): Promise<RunFigures> {
     writeFileSync(run.deploymentFile, text);
   }
   const windows: PhaseWindow[] = [];
+  const overflowsBefore = listenOverflows();
   const measureCpu = schedstatSupported();
   const starts: Partial<Record<Phase, Snapshot>> = {};
   const cpu: Partial<Record<Phase, PhaseCpu[]>> = {};
@@ -184,6 +186,11 @@ async function runOnce(index: number): Promise<RunFigures> {
       ["replacement failures", String(report.replacementFailures)],
       ["contract problems", String(report.problems.length)],
     ];
+    const overflowsAfter = listenOverflows();
+    if (overflowsBefore !== null && overflowsAfter !== null) {
+      // The whole machine's: anything else running meanwhile counts too.
+      rows.push(["accept queue overflows (machine)", String(overflowsAfter - overflowsBefore)]);
+    }
     await run.stop();
     if (profileDir !== null) printProfiles(profileDir, windows);
     // The baseline runs with the deployment stopped: nothing else competes for the cores. The
@@ -202,6 +209,10 @@ async function runOnce(index: number): Promise<RunFigures> {
       // The medians only count problems: say which, as they happen.
       for (const problem of report.problems.slice(0, 5)) {
         process.stderr.write(`[run ${index + 1}] problem  ${problem}\n`);
+      }
+      const overflows = rows.find(([name]) => name.startsWith("accept queue overflows"));
+      if (overflows !== undefined) {
+        process.stderr.write(`[run ${index + 1}] ${overflows[0]}: ${overflows[1]}\n`);
       }
     }
     // A temporary run directory (thousands of ledger files) goes with a clean run.
