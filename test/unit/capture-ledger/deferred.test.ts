@@ -5,10 +5,10 @@
  * files an eager import would have.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
-import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
+import { CorruptLedgerError, RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
 import { DeferredFileWork } from "#sdk/capture/ledger/deferred-file-work.js";
 import {
   custodyRow,
@@ -68,6 +68,19 @@ describe("an import defers its ledger writes and source deletions", () => {
     // The source's fence written, its ledger and marker deleted, the list gone; the target's
     // ledger is the next restore's to write (the checkpoint holds its rows).
     expect(await listDir(dir)).toEqual(["r.lineage.retired"]);
+  });
+
+  it("a fence list naming an invalid key is a corrupt ledger, not a refused key, and fences nothing", async () => {
+    await mkdir(path.join(dir, "restore-fences"));
+    await writeFile(path.join(dir, "restore-fences", "1-1-aa.keys"), "r\n../x\n");
+
+    const failure = await ledgerAt(dir)
+      .hasRows("q")
+      .catch((error: unknown) => error);
+
+    expect(failure).toBeInstanceOf(CorruptLedgerError);
+    expect((failure as Error).message).toContain("remove the list");
+    expect(await listDir(dir)).toEqual(["restore-fences"]);
   });
 
   it("a ledger told not to recover fence lists (a worker's) leaves another's list to its writer", async () => {

@@ -17,7 +17,7 @@ import path from "node:path";
 import { fsyncDir } from "../../store/fs-sync.js";
 import { writeFileDurably } from "../../store/durable-file.js";
 import { readRegularFile } from "../../store/safe-fs.js";
-import { InvalidLedgerKeyError } from "./errors.js";
+import { CorruptLedgerError, InvalidLedgerKeyError } from "./errors.js";
 import { ledgerEpisode } from "./files.js";
 
 /** The subdirectory of a ledger directory that holds fence lists. */
@@ -64,8 +64,8 @@ export async function writeFenceList(ledgerDir: string, keys: readonly string[])
  * Every fence list in `ledgerDir`, oldest name first (none when there is no list directory).
  * Temporary files a crashed write left are ignored.
  *
- * @throws {@link InvalidLedgerKeyError} when a list names an invalid key (the file was changed
- * by something other than the ledger; remove it).
+ * @throws {@link CorruptLedgerError} when a list names an invalid key (the file was changed by
+ * something other than the ledger; remove it).
  */
 export async function readFenceLists(ledgerDir: string): Promise<FenceList[]> {
   const dir = path.join(ledgerDir, FENCE_LIST_DIR);
@@ -85,9 +85,11 @@ export async function readFenceLists(ledgerDir: string): Promise<FenceList[]> {
         ledgerEpisode(key);
       } catch (error) {
         if (!(error instanceof InvalidLedgerKeyError)) throw error;
-        throw new InvalidLedgerKeyError(
+        // The directory's state is bad, not the caller's request: never a key refusal (400).
+        throw new CorruptLedgerError(
           key,
-          `fence list ${path.join(dir, name)} names it: ${error.reason}`,
+          `fence list ${path.join(dir, name)} names an invalid key (${error.reason}); remove the list`,
+          { cause: error },
         );
       }
     }
