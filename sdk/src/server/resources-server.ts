@@ -54,7 +54,11 @@ export interface ExportSessionStatesInput {
 
 /** What {@link ResourcesServer.restoreSessionStates} receives. */
 export interface RestoreSessionStatesInput {
-  /** Every restored session's state, by session ID (checked by `sessionStateSchema()` first). */
+  /**
+   * Every restored session's state, by session ID. When the server declares
+   * `sessionStateSchema()`, each is that schema's parse output (unknown keys stripped, defaults
+   * filled, as `parse` returns it), so the hook need not parse again; otherwise as stored.
+   */
   readonly states: Readonly<Record<string, JsonValue>>;
   readonly signal: AbortSignal;
 }
@@ -203,9 +207,9 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
 
   /**
    * The schema of one session's exported state (`exported` mode). When given, every restored
-   * state is checked against it before `restoreSessionStates` runs: a checkpoint holding a
-   * state that fails it is refused with 422 `invalid_checkpoint_state` naming the episode, and
-   * nothing is restored. @default null (the hook checks states itself)
+   * state is parsed by it before `restoreSessionStates` runs, which receives the parsed values:
+   * a checkpoint holding a state that fails it is refused with 422 `invalid_checkpoint_state`
+   * naming the episode, and nothing is restored. @default null (the hook checks states itself)
    */
   protected sessionStateSchema(): z.ZodType | null {
     return null;

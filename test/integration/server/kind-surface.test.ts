@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ConfigError } from "#sdk/errors.js";
 import { parseEpisodeId } from "#sdk/identity/episode-id.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
 import { AgentConfigSchema, AgentServer, type AgentConfig } from "#sdk/server/agent-server.js";
 import type { RespondResult } from "#sdk/server/agent/agent-hooks.js";
 import { dataRoute } from "#sdk/server/data-route.js";
@@ -191,6 +192,41 @@ describe("SessionStateServer", () => {
     expect(fresh.states.get("s")).toBe(7);
     await fresh.participant!.retire(parseEpisodeId({ rollout_id: "r", attempt: 1 }), signal());
     expect(fresh.states.size).toBe(0);
+  });
+
+  it("parses each restored state once and installs it as its schema parsed it", async () => {
+    let parses = 0;
+    const Labelled = z
+      .object({ count: z.number(), label: z.string().default("none") })
+      .transform((state) => {
+        parses += 1;
+        return state;
+      });
+    class LabelledTally extends SessionStateServer<z.infer<typeof Labelled>> {
+      protected override readonly stateSchema = Labelled;
+      protected override initialState() {
+        return { count: 0, label: "none" };
+      }
+      protected override verify() {
+        return { reward: 0 };
+      }
+    }
+    const fresh = track(new LabelledTally({ name: "labelled", checkpoint: on, ...silent }));
+    const episode = (rollout: string) => parseEpisodeId({ rollout_id: rollout, attempt: 0 });
+    const record = (rollout: string, session: string, state: JsonValue) => ({
+      episode_id: episode(rollout),
+      session_id: session,
+      owner: null,
+      state,
+    });
+    await fresh.participant!.install(
+      [record("r1", "s1", { count: 3, extra: true }), record("r2", "s2", { count: 5 })],
+      [episode("r1"), episode("r2")],
+      signal(),
+    );
+    expect(parses).toBe(2);
+    expect(fresh.states.get("s1")).toEqual({ count: 3, label: "none" });
+    expect(fresh.states.get("s2")).toEqual({ count: 5, label: "none" });
   });
 
   it("refuses a restored state its schema refuses, installing nothing", async () => {

@@ -69,8 +69,9 @@ export interface ResourcesParticipantOptions {
   readonly hooks?: Partial<SessionHooks>;
   /**
    * The schema each restored session state must pass before any is handed to
-   * `restoreSessionStates`; a state that fails it refuses the restore with 422
-   * `invalid_checkpoint_state` naming its episode, and nothing is installed. @default none
+   * `restoreSessionStates`, which then gets each state as the schema parsed it; a state that
+   * fails it refuses the restore with 422 `invalid_checkpoint_state` naming its episode, and
+   * nothing is installed. @default none
    */
   readonly stateSchema?: z.ZodType | null;
   /** Where warnings go (a session missing from an export). */
@@ -527,13 +528,16 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     }
     refuseDuplicateRecords(records, (r) => r.session_id, "resources session");
     if (this.mode === "exported") {
-      // Every state checked before any is handed over: a bad one installs nothing.
-      if (this.#stateSchema !== null) {
-        for (const record of records) checkState(this.#stateSchema, record);
-      }
+      // Every state checked before any is handed over: a bad one installs nothing. The hook
+      // gets what the schema parsed, so neither it nor the base classes walk a state again.
+      const schema = this.#stateSchema;
+      const checked =
+        schema === null
+          ? records.map((record) => record.state)
+          : records.map((record) => checkState(schema, record));
       // Defined, not assigned: a session ID such as `__proto__` stays an own key.
       const states = Object.fromEntries(
-        records.map((record) => [record.session_id, record.state] as const),
+        records.map((record, i) => [record.session_id, checked[i]] as const),
       ) as Record<string, JsonValue>;
       try {
         await this.#hooks.restoreSessionStates({ states, signal });
@@ -681,10 +685,13 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   }
 }
 
-/** Throws 422 `invalid_checkpoint_state` naming the episode when a record's state fails `schema`. */
-function checkState(schema: z.ZodType, record: ResourcesRecord): void {
+/**
+ * The record's state as `schema` parsed it; throws 422 `invalid_checkpoint_state` naming the
+ * episode when it fails.
+ */
+function checkState(schema: z.ZodType, record: ResourcesRecord): JsonValue {
   const parsed = schema.safeParse(record.state);
-  if (parsed.success) return;
+  if (parsed.success) return parsed.data as JsonValue;
   const key = captureKey(parseEpisodeId(record.episode_id));
   const issues = parsed.error.issues
     .slice(0, 3)
