@@ -43,6 +43,7 @@ export class DeploymentRun {
   protected serveFlags: string[] = [];
   #deployment: ResolvedDeployment | null = null;
   #client: ServerClient | null = null;
+  #rollouts: ServerClient | null = null;
 
   constructor(
     /** Where state, logs, the capture ledger, the token store and checkpoints live. */
@@ -119,6 +120,11 @@ export class DeploymentRun {
     this.#deployment = state.deployment;
     await this.#client?.close();
     this.#client = new ServerClient(this.#deployment, { dataConnectionsPerServer: 256 });
+    await this.#rollouts?.close();
+    // Every rollout holds its own connection while in flight: no cap on connections, and the
+    // SDK's connect bound for bursts (thousands of connects overflow a listen queue, and the
+    // kernel's SYN retries alone outlast a 10 s bound).
+    this.#rollouts = new ServerClient(this.#deployment);
   }
 
   /**
@@ -137,6 +143,9 @@ export class DeploymentRun {
     if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
     await this.#client?.close();
     this.#client = null;
+    // The dead servers' rollouts fail on their own; nothing is left to wait for.
+    await this.#rollouts?.destroy();
+    this.#rollouts = null;
   }
 
   /**
@@ -176,6 +185,8 @@ export class DeploymentRun {
   async stop(): Promise<void> {
     await this.#client?.close();
     this.#client = null;
+    await this.#rollouts?.destroy();
+    this.#rollouts = null;
     await gym(["stop", "--state", this.stateFile], {
       env: this.env,
       timeoutMs: 120_000,
@@ -195,6 +206,12 @@ export class DeploymentRun {
   get client(): ServerClient {
     if (this.#client === null) throw new Error("the deployment is not running");
     return this.#client;
+  }
+
+  /** The client rollouts are sent with (`/run`): one connection per rollout in flight. */
+  get rolloutClient(): ServerClient {
+    if (this.#rollouts === null) throw new Error("the deployment is not running");
+    return this.#rollouts;
   }
 
   /** Where a server listens. */

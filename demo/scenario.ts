@@ -17,6 +17,7 @@ import {
   type ParticipantKind,
   type PrepareResult,
 } from "gym-participant-sdk/controller";
+import type { ServerClient } from "gym-participant-sdk";
 import type { DeploymentRun } from "./deployment-run.js";
 
 /** What one scenario run measured and found. */
@@ -88,19 +89,19 @@ export function runBody(episode: EpisodeId, i: number, quick: boolean): Record<s
   };
 }
 
-async function sendRun(url: string, body: unknown): Promise<RunOutcome> {
+async function sendRun(client: ServerClient, server: string, body: unknown): Promise<RunOutcome> {
   try {
-    const res = await fetch(`${url}/run`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text.length === 0 ? null : JSON.parse(text) };
+    const reply = await client.postText(server, "/run", body);
+    return { status: reply.status, body: reply.body.length === 0 ? null : JSON.parse(reply.body) };
   } catch (error) {
     // The server died under it, or the connection failed.
-    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    return { status: 0, body: null, error: cause?.code ?? cause?.message ?? String(error) };
+    const reason = (error as { reason?: string }).reason;
+    const cause = (error as { cause?: { code?: string } }).cause?.code;
+    return {
+      status: 0,
+      body: null,
+      error: [reason, cause].filter(Boolean).join(": ") || String(error),
+    };
   }
 }
 
@@ -177,14 +178,13 @@ export async function runScenario(
   // Every rollout's second model call stops part-way, so it is in flight at the checkpoint.
   await run.backend("POST", "/_ctl/hold", { after_calls_per_rollout: 1 });
 
-  const env = run.url("counter_env");
   const first = new Map<string, Promise<RunOutcome>>();
   const replied = new Set<string>();
   /** How rollouts that did not answer 200 ended, by status and detail (for the problems). */
   const unanswered = new Map<string, number>();
   episodes.forEach((episode, i) => {
     const key = captureKey(episode);
-    const sent = sendRun(env, runBody(episode, i, quick(i)));
+    const sent = sendRun(run.rolloutClient, "counter_env", runBody(episode, i, quick(i)));
     first.set(key, sent);
     void sent.then((outcome) => {
       if (outcome.status === 200) {
@@ -317,21 +317,24 @@ export async function runScenario(
 
   progress("replace", `${scope.length} replacement attempts`);
   const before = await run.backend<{ calls: BackendCall[] }>("GET", "/_ctl/calls");
-  const env2 = run.url("counter_env");
   let failures = 0;
   let done = 0;
   await Promise.all(
     scope.map(async (episode) => {
       const replacement = episodeId(episode.rollout_id, episode.attempt + 1);
       const i = Number(episode.rollout_id.slice("rollout-".length));
-      const outcome = await sendRun(env2, runBody(replacement, i, quick(i)));
+      const outcome = await sendRun(
+        run.rolloutClient,
+        "counter_env",
+        runBody(replacement, i, quick(i)),
+      );
       done += 1;
       progress("replace", `${done}/${scope.length} replacements finished`);
       const reward = outcome.body?.result?.reward;
       if (outcome.status !== 200 || typeof reward !== "number") {
         failures += 1;
         problems.push(
-          `${captureKey(replacement)}: ${outcome.status} ${JSON.stringify(outcome.body?.failure ?? outcome.body)}`,
+          `${captureKey(replacement)}: ${outcome.status} ${JSON.stringify(outcome.body?.failure ?? outcome.body ?? outcome.error ?? null)}`,
         );
         return;
       }
