@@ -351,10 +351,13 @@ export async function fakeCuts(fake: Fake): Promise<string[][]> {
 
 // ------------------------------------------------------------------------- capture ledger
 
-/** The file names in a capture directory, sorted (none when it does not exist). */
+/**
+ * The file names in a capture directory, sorted (none when it does not exist), leaving out the
+ * writer registry: how a ledger knows it is alone, not one of its files.
+ */
 export async function ledgerFiles(dir: string): Promise<string[]> {
   try {
-    return (await readdir(dir)).sort();
+    return (await readdir(dir)).filter((name) => name !== "writers").sort();
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw error;

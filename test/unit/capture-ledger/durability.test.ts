@@ -44,8 +44,10 @@ vi.mock("node:fs/promises", async (importOriginal) => {
     return handle;
   };
   const readdir = (async (dir: string, ...rest: unknown[]) => {
-    // Not the fence lists' directory, looked at once per instance before its first operation.
-    if (path.basename(dir) !== "restore-fences") hooks.events.push(`readdir ${dir}`);
+    // Not the fence lists' directory, looked at once per instance before its first operation,
+    // nor the writer registry, listed once when the instance registers.
+    const name = path.basename(dir);
+    if (name !== "restore-fences" && name !== "writers") hooks.events.push(`readdir ${dir}`);
     return await (actual.readdir as (...args: unknown[]) => Promise<unknown>)(dir, ...rest);
   }) as typeof actual.readdir;
   return { ...actual, default: { ...actual, open, readdir }, open, readdir };

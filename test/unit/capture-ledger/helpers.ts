@@ -54,7 +54,8 @@ export function warnings(): {
 
 /** The sorted entry names of `dir`. */
 export async function listDir(dir: string): Promise<string[]> {
-  return (await readdir(dir)).sort();
+  // The writer registry is how the ledger knows it is alone, not one of its files.
+  return (await readdir(dir)).filter((name) => name !== "writers").sort();
 }
 
 /** The text of `name` in `dir`. */

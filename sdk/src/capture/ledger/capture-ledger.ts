@@ -32,6 +32,7 @@ import {
 } from "./file-batch.js";
 import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
+import { WriterRegistry } from "./writer-registry.js";
 import {
   checkRow,
   checkRowShape,
@@ -149,6 +150,7 @@ export class CaptureLedger {
   readonly #beforeUse: ((keys: readonly string[]) => Promise<void>) | null;
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
+  readonly #writers: WriterRegistry;
   readonly #deferred = new DeferredFileWork();
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
@@ -163,6 +165,7 @@ export class CaptureLedger {
   /** A ledger over `dir`, created on the first write if missing. */
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
     this.#dir = dir;
+    this.#writers = new WriterRegistry(dir);
     this.#logger = options.logger ?? null;
     this.#beforeUse = options.beforeUse ?? null;
     if (options.recoverFenceLists === false) this.#recovered = Promise.resolve();
@@ -273,13 +276,17 @@ export class CaptureLedger {
     undelivered: ReadonlySet<string>,
   ): Promise<LedgerRow[][]> {
     for (const key of keys) ledgerEpisode(key);
-    return await this.#run(keys, () =>
-      inSlices(keys, (key) =>
-        this.#cache
-          .read(key, this.#path(key, "ledger"))
-          .rows.filter((row) => !undelivered.has(row.model_call_id)),
-      ),
-    );
+    return await this.#run(keys, () => {
+      // Alone in the writer registry, every cached ledger is as this instance left it: no stat
+      // per ledger (thousands at a commit) to look for other processes' appends.
+      const cache = this.#cache;
+      const read = this.#writers.othersMayWrite()
+        ? (key: string) => cache.read(key, this.#path(key, "ledger"))
+        : (key: string) => cache.readUnchanged(key, this.#path(key, "ledger"));
+      return inSlices(keys, (key) =>
+        read(key).rows.filter((row) => !undelivered.has(row.model_call_id)),
+      );
+    });
   }
 
   /**
@@ -300,6 +307,7 @@ export class CaptureLedger {
     if (batch.length === 0) return { removed: [], absent: [] };
     await this.#run(batch, async () => {
       await this.#ensureDir();
+      await this.#beforeChange();
       const fences = new EmptyFileBatch();
       await inSlices(batch, (key) => fences.create(this.#path(key, "fence")));
     });
@@ -322,6 +330,7 @@ export class CaptureLedger {
     // these keys are finished (every fence written, the lists removed) first.
     if (this.#listed(batch)) await this.settleDeferred();
     const removedFlags = await this.#run(batch, async () => {
+      await this.#beforeChange();
       const flags = await inSlices(batch, (key) => this.#deleteFiles(key));
       // Even when nothing was found: an overlapping delete may not have synced its removals.
       await fsyncDir(this.#dir);
@@ -401,6 +410,7 @@ export class CaptureLedger {
 
   async #importPlans(plans: readonly ImportPlan[]): Promise<LedgerImportResult> {
     await this.#ensureDir();
+    await this.#beforeChange();
     await this.#recoverFenceLists();
     await this.settleDeferred();
     const listing = await readdir(this.#dir);
@@ -616,6 +626,7 @@ export class CaptureLedger {
     this.#recovered ??= (async () => {
       const lists = await readFenceLists(this.#dir);
       if (lists.length === 0) return;
+      await this.#beforeChange();
       const fences = new EmptyFileBatch();
       for (const list of lists) {
         await inSlices(list.keys, (key) => {
@@ -646,6 +657,7 @@ export class CaptureLedger {
     ledgerEpisode(key);
     return await this.#run([key], async () => {
       if (await this.#exists(key, "started")) return false;
+      await this.#beforeChange();
       this.#deleteFiles(key);
       await fsyncDir(this.#dir);
       return true;
@@ -734,6 +746,7 @@ export class CaptureLedger {
       }
       await this.#ensureDir();
     }
+    await this.#beforeChange();
     let ino: number;
     let size: number;
     try {
@@ -809,6 +822,20 @@ export class CaptureLedger {
 
   #path(key: string, kind: CaptureFileKind): string {
     return path.join(this.#dir, captureFileName(key, kind));
+  }
+
+  /**
+   * Registers this instance as a writer of the directory before its first change (see
+   * `WriterRegistry`); drops every cached row when that removed a dead writer's entry, since
+   * that writer may have changed them. Nothing to do while the directory does not exist.
+   */
+  async #beforeChange(): Promise<void> {
+    if (this.#writers.registered) return;
+    try {
+      if (await this.#writers.register()) this.#cache.clear();
+    } catch (error) {
+      if (!isCode(error, "ENOENT")) throw error;
+    }
   }
 
   /**

@@ -45,6 +45,20 @@ export class RowCache {
     this.#entries.delete(key);
   }
 
+  /** Forgets every cached row. */
+  clear(): void {
+    this.#entries.clear();
+  }
+
+  /**
+   * The cached rows of `key` as they are, without looking at the file, when the caller knows
+   * nothing else changed it (see `WriterRegistry`); {@link read} when none are cached.
+   */
+  readUnchanged(key: string, file: string): LedgerRead {
+    const cached = this.#entries.get(key);
+    return cached === undefined ? this.read(key, file) : { exists: true, rows: cached.rows };
+  }
+
   /**
    * The rows of ledger file `file` of capture key `key`. Synchronous: a stat, and a read of only
    * the bytes not parsed yet, cost less than two hops through the thread pool, and a commit's
