@@ -2,7 +2,8 @@
  * The policy model's share of a commit and a restore, in this process, without servers: N
  * episodes of R ledger rows each (shaped like the capture middleware's) in a temporary ledger
  * directory. Measures the process's CPU time (user + system, all threads) of the export of every
- * episode with a warm row cache, of `commitReply`, of `install` (the ledger import) of the
+ * episode with a warm row cache (alone in the directory, then with another writer registered, which
+ * makes every read stat its file), of `commitReply`, of `install` (the ledger import) of the
  * decoded records into a fresh participant, of settling the files that import deferred, and of
  * the first export after that restore. Prints the median and range of several runs; asserts
  * nothing. Cheaper and steadier than `bench:scale` for changes to the ledger or the participant.
@@ -78,10 +79,20 @@ async function run(): Promise<void> {
       const lines = Array.from({ length: ROWS }, (_, j) => encodeRowLine(key, row(key, j)));
       writeFileSync(path.join(liveDir, `${key}.lineage.jsonl`), lines.join(""));
     }
-    const live = new PolicyParticipant({ ledger: new CaptureLedger(liveDir) });
-    // A live server's cache holds every ledger it appended to.
+    const liveLedger = new CaptureLedger(liveDir);
+    const live = new PolicyParticipant({ ledger: liveLedger });
+    // A live server has changed its directory (its first row registered it as a writer), and
+    // its cache holds every ledger it appended to.
+    await liveLedger.record("warm-up", row("warm-up", 0) as never);
     await live.exportFrom(episodes, NOTHING_UNDELIVERED, live.restoredCuts);
     const records = await measure("export (warm cache)", () =>
+      live.exportFrom(episodes, NOTHING_UNDELIVERED, live.restoredCuts),
+    );
+    // The same with another writer registered (a worker, a server sharing the directory):
+    // every ledger is statted before its cached rows are used.
+    const other = new CaptureLedger(liveDir);
+    await other.record("other-writer", row("other-writer", 0) as never);
+    await measure("export (warm, other writer)", () =>
       live.exportFrom(episodes, NOTHING_UNDELIVERED, live.restoredCuts),
     );
     await measure("commitReply", () => live.commitReply(records));

@@ -1,8 +1,3 @@
-/** A held key's waiters, first come first served (a key is in the map only while held). */
-interface Entry {
-  readonly waiters: (() => void)[];
-}
-
 /**
  * One FIFO lock per string key, created on demand and forgotten when idle so the map holds only
  * keys in use. Several keys are taken in sorted order, so two multi-key holders never wait on
@@ -12,7 +7,11 @@ interface Entry {
  * no one else holds, and a turn of the event loop per key cost more than the work they guard.
  */
 export class KeyedMutex {
-  readonly #entries = new Map<string, Entry>();
+  /**
+   * Each held key's waiters, first come first served; null while it has none (no array per key
+   * for the thousands a batch takes). A key is in the map only while held.
+   */
+  readonly #entries = new Map<string, (() => void)[] | null>();
 
   /** How many keys have a holder or a waiter now. */
   get size(): number {
@@ -36,18 +35,20 @@ export class KeyedMutex {
 
   /** Takes `key` now (null), or returns the promise of its turn, which then holds it. */
   #acquire(key: string): Promise<void> | null {
-    const entry = this.#entries.get(key);
-    if (entry === undefined) {
-      this.#entries.set(key, { waiters: [] });
+    const waiters = this.#entries.get(key);
+    if (waiters === undefined) {
+      this.#entries.set(key, null);
       return null;
     }
-    return new Promise<void>((resolve) => entry.waiters.push(resolve));
+    return new Promise<void>((resolve) => {
+      if (waiters === null) this.#entries.set(key, [resolve]);
+      else waiters.push(resolve);
+    });
   }
 
   /** Hands `key` to its next waiter, or forgets it. */
   #release(key: string): void {
-    const entry = this.#entries.get(key) as Entry;
-    const next = entry.waiters.shift();
+    const next = this.#entries.get(key)?.shift();
     if (next !== undefined) next();
     else this.#entries.delete(key);
   }

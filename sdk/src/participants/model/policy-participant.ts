@@ -408,17 +408,23 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     const episodes = new Map<string, EpisodeId>();
     for (const e of scope) episodes.set(captureKey(e), e);
     for (const r of records) episodes.set(captureKey(r.episode_id), r.episode_id);
+    // Each source's replacement attempt, built once (thousands at a restore).
+    const targets = new Map<string, { readonly key: string; readonly episode: EpisodeId }>();
+    for (const [sourceKey, e] of episodes) {
+      const target = nextAttempt(e);
+      targets.set(sourceKey, { key: captureKey(target), episode: target });
+    }
     if (ledger !== null) {
       try {
         await ledger.importRecords(
           [...episodes].map(([sourceKey, e]) => {
-            const target = nextAttempt(e);
+            const target = targets.get(sourceKey) as { key: string; episode: EpisodeId };
             const record = byKey.get(sourceKey);
             return {
-              targetKey: captureKey(target),
+              targetKey: target.key,
               sourceKey,
               rows: (record?.rows ?? []) as never,
-              episodes: { target, source: e },
+              episodes: { target: target.episode, source: e },
               // Rows read from a natively decoded line are not walked again.
               rowsStandardJson: record !== undefined && readAsStandardJson(record),
             };
@@ -433,11 +439,13 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         );
       }
     }
-    for (const r of byKey.values()) {
+    for (const [sourceKey, r] of byKey) {
       const cut = r.generation_cuts[0];
-      if (cut !== undefined) this.restoredCuts.install(captureKey(nextAttempt(r.episode_id)), cut);
+      if (cut === undefined) continue;
+      const target = targets.get(sourceKey) as { key: string; episode: EpisodeId };
+      this.restoredCuts.install(target.key, cut, target.episode);
     }
-    for (const e of episodes.values()) this.gate.restoredTargets.add(nextAttempt(e));
+    for (const target of targets.values()) this.gate.restoredTargets.add(target.episode);
     this.notify();
   }
 

@@ -27,9 +27,13 @@ export class RestoredCuts {
   /** The keys of {@link #cuts} by rollout: a retire drops its own without scanning the rest. */
   readonly #keys = new AttemptSet();
 
-  /** Holds `record` for the replacement attempt `key` (replacing one held before). */
-  install(key: string, record: CutRecord): void {
-    if (!this.#cuts.has(key)) this.#keys.add(fromCaptureKey(key));
+  /**
+   * Holds `record` for the replacement attempt `key` (replacing one held before); `episode`, the
+   * attempt `key` names when the caller has it, spares parsing the key (a restore installs
+   * thousands).
+   */
+  install(key: string, record: CutRecord, episode?: EpisodeId): void {
+    if (!this.#cuts.has(key)) this.#keys.add(episode ?? fromCaptureKey(key));
     this.#cuts.set(key, record);
   }
 
