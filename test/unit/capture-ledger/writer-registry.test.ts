@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
 import { encodeRowLine } from "#sdk/capture/ledger/row-codec.js";
 import { WRITER_REGISTRY_DIR, WriterRegistry } from "#sdk/capture/ledger/writer-registry.js";
-import { custodyRow, makeTempDir, removeTempDir } from "./helpers.js";
+import { custodyRow, makeTempDir, removeTempDir, warnings } from "./helpers.js";
 
 const stats = vi.hoisted(() => ({ ledgerFiles: 0 }));
 
@@ -166,6 +166,20 @@ describe("with another writer", () => {
     const [r1, r2] = await ledger.exportRowsOf(["r1", "r2"], none);
     expect(r1?.map((row) => row.model_call_id)).toEqual(["c1", "c2"]);
     expect(r2?.map((row) => row.model_call_id)).toEqual(["c1"]);
+  });
+});
+
+describe("a registry that cannot be made", () => {
+  it("still records (with a warning) and stats every ledger", async () => {
+    await writeFile(path.join(dir, WRITER_REGISTRY_DIR), "not a directory");
+    const { logger, logged } = warnings();
+    const ledger = new CaptureLedger(dir, { logger });
+    await recordEach(ledger);
+    expect(await ledger.rows("r0")).toHaveLength(1);
+    expect(logged.map((entry) => entry.msg)).toEqual([
+      "cannot register in the capture ledger's writer registry; every export stats each ledger",
+    ]);
+    expect(await exportStats(ledger)).toBe(KEYS.length);
   });
 });
 

@@ -151,6 +151,8 @@ export class CaptureLedger {
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
   readonly #writers: WriterRegistry;
+  /** Set when registering failed for good (see {@link #beforeChange}). */
+  #unregistrable = false;
   readonly #deferred = new DeferredFileWork();
   #dirReady: Promise<void> | null = null;
   #settling: Promise<void> | null = null;
@@ -830,11 +832,17 @@ export class CaptureLedger {
    * that writer may have changed them. Nothing to do while the directory does not exist.
    */
   async #beforeChange(): Promise<void> {
-    if (this.#writers.registered) return;
+    if (this.#writers.registered || this.#unregistrable) return;
     try {
       if (await this.#writers.register()) this.#cache.clear();
     } catch (error) {
-      if (!isCode(error, "ENOENT")) throw error;
+      if (isCode(error, "ENOENT")) return; // no directory yet: nothing to change, try again later
+      // The registry only spares stats: without it this instance stats every file, as before.
+      this.#unregistrable = true;
+      this.#logger?.warn(
+        { err: error, dir: this.#dir },
+        "cannot register in the capture ledger's writer registry; every export stats each ledger",
+      );
     }
   }
 
