@@ -8,7 +8,7 @@
  * the first export after that restore. Prints the median and range of several runs; asserts
  * nothing. Cheaper and steadier than `bench:scale` for changes to the ledger or the participant.
  *
- *   npx tsx test/bench/ledger-phases.bench.ts [--episodes 8000 --rows 5 --runs 5]
+ *   npm run bench:ledger-phases -- [--episodes 8000 --rows 5 --runs 5]
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
