@@ -5,7 +5,7 @@
  */
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { appendFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
@@ -26,11 +26,27 @@ vi.mock("node:fs", async (importOriginal) => {
   return { ...actual, default: { ...actual, statSync }, statSync };
 });
 
+const failRegistration = vi.hoisted(() => ({ code: null as string | null }));
+
+vi.mock("node:fs/promises", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("node:fs/promises")>();
+  const writeFile = (async (file: string, ...rest: unknown[]) => {
+    if (failRegistration.code !== null && String(file).includes(`/writers/`)) {
+      throw Object.assign(new Error(`injected ${failRegistration.code}`), {
+        code: failRegistration.code,
+      });
+    }
+    return await (actual.writeFile as (...args: unknown[]) => Promise<void>)(file, ...rest);
+  }) as typeof actual.writeFile;
+  return { ...actual, default: { ...actual, writeFile }, writeFile };
+});
+
 let dir: string;
 
 beforeEach(async () => {
   dir = await makeTempDir();
   stats.ledgerFiles = 0;
+  failRegistration.code = null;
 });
 
 afterEach(async () => {
@@ -58,9 +74,14 @@ async function deadPid(): Promise<number> {
   return child.pid as number;
 }
 
-/** A registry entry shaped like one of `pid` on this host, in this PID namespace. */
-function entryOf(pid: number, namespace = thisNamespace()): string {
-  return [encodeURIComponent(hostname()), namespace, String(pid), "0123456789ab"].join("~");
+/** A registry entry shaped like one of `pid` on this machine, in this PID namespace. */
+function entryOf(
+  pid: number,
+  { namespace = thisNamespace(), boot = thisBoot() }: { namespace?: string; boot?: string } = {},
+): string {
+  return ["w", boot, encodeURIComponent(hostname()), namespace, String(pid), "0123456789ab"].join(
+    "~",
+  );
 }
 
 function thisNamespace(): string {
@@ -69,6 +90,10 @@ function thisNamespace(): string {
   } catch {
     return "none";
   }
+}
+
+function thisBoot(): string {
+  return readFileSync("/proc/sys/kernel/random/boot_id", "utf8").replace(/[^0-9a-f]/gi, "");
 }
 
 describe("a ledger alone in its directory", () => {
@@ -184,31 +209,62 @@ describe("a registry that cannot be made", () => {
 });
 
 describe("WriterRegistry", () => {
-  it("registers once, before the first change, and removes only dead entries of this host", async () => {
+  it("registers once, before the first change, and removes only dead entries of this boot and namespace", async () => {
     const registry = new WriterRegistry(dir);
     expect(registry.othersMayWrite()).toBe(true); // not registered: never alone
-    await writeFile(path.join(dir, "placeholder"), "");
     const registryDir = path.join(dir, WRITER_REGISTRY_DIR);
-    await rm(registryDir, { recursive: true, force: true });
-    await registry.register();
+    const dropped: string[] = [];
+    expect(await registry.register(() => dropped.push("first"))).toBe("registered");
     const [own] = await readdir(registryDir);
-    const [host, namespace] = (own as string).split("~");
-    expect(host).toBe(encodeURIComponent(hostname()));
+    expect(own).toBe(entryOf(process.pid).replace(/~[0-9a-f]{12}$/, own!.slice(-13)));
     expect(registry.othersMayWrite()).toBe(false);
+    expect(dropped).toEqual([]); // nothing removed: nothing to drop
 
-    expect(namespace).toBe(thisNamespace());
     const deadEntry = entryOf(await deadPid());
-    const liveEntry = [host, namespace, String(process.pid), "bbbbbbbbbbbb"].join("~");
-    const otherNamespace = entryOf(await deadPid(), "1");
-    for (const name of [deadEntry, liveEntry, otherNamespace]) {
+    const liveEntry = entryOf(process.pid).replace(/[0-9a-f]{12}$/, "bbbbbbbbbbbb");
+    const otherNamespace = entryOf(await deadPid(), { namespace: "1" });
+    const otherBoot = entryOf(await deadPid(), { boot: "0".repeat(32) });
+    const unknown = `x~${entryOf(await deadPid())}`;
+    for (const name of [deadEntry, liveEntry, otherNamespace, otherBoot, unknown]) {
       await writeFile(path.join(registryDir, name), "");
     }
     const next = new WriterRegistry(dir);
-    expect(await next.register()).toBe(true);
+    let registeredWhenDropped: boolean | null = null;
+    await next.register(() => {
+      registeredWhenDropped = next.registered;
+    });
+    // The cache is dropped before the instance counts as registered (alone, it would trust it).
+    expect(registeredWhenDropped).toBe(false);
     const left = await readdir(registryDir);
     expect(left).not.toContain(deadEntry);
-    expect(left).toEqual(expect.arrayContaining([own, liveEntry, otherNamespace]));
-    expect(left).toHaveLength(4);
+    expect(left).toEqual(
+      expect.arrayContaining([own, liveEntry, otherNamespace, otherBoot, unknown]),
+    );
+    expect(left).toHaveLength(6);
     expect(registry.othersMayWrite()).toBe(true);
+  });
+
+  it("waits for the ledger directory, and makes the registry again if it vanished", async () => {
+    const missing = new WriterRegistry(path.join(dir, "not-yet"));
+    expect(await missing.register(() => undefined)).toBe("no-ledger-dir");
+    expect(missing.registered).toBe(false);
+    await mkdir(path.join(dir, "not-yet"));
+    expect(await missing.register(() => undefined)).toBe("registered");
+    expect(missing.othersMayWrite()).toBe(false);
+  });
+});
+
+describe("a registration that fails", () => {
+  it("fails the change: nothing is appended unregistered", async () => {
+    const ledger = new CaptureLedger(dir);
+    failRegistration.code = "EMFILE";
+    await expect(ledger.record("r0", custodyRow("c1", "r0"))).rejects.toMatchObject({
+      code: "EMFILE",
+    });
+    expect(await readdir(dir)).toEqual([WRITER_REGISTRY_DIR]);
+    failRegistration.code = null;
+    await ledger.record("r0", custodyRow("c1", "r0"));
+    expect((await ledger.rows("r0")).map((row) => row.model_call_id)).toEqual(["c1"]);
+    expect(await exportStats(ledger)).toBe(KEYS.length - 1); // r0 cached and trusted
   });
 });

@@ -32,7 +32,7 @@ import {
 } from "./file-batch.js";
 import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
-import { WriterRegistry } from "./writer-registry.js";
+import { RegistryUnavailableError, WriterRegistry } from "./writer-registry.js";
 import {
   checkRow,
   checkRowShape,
@@ -151,7 +151,7 @@ export class CaptureLedger {
   readonly #locks = new KeyedMutex();
   readonly #cache = new RowCache();
   readonly #writers: WriterRegistry;
-  /** Set when registering failed for good (see {@link #beforeChange}). */
+  /** Set when the writer registry cannot exist (see {@link #beforeChange}). */
   #unregistrable = false;
   readonly #deferred = new DeferredFileWork();
   #dirReady: Promise<void> | null = null;
@@ -828,16 +828,19 @@ export class CaptureLedger {
 
   /**
    * Registers this instance as a writer of the directory before its first change (see
-   * `WriterRegistry`); drops every cached row when that removed a dead writer's entry, since
-   * that writer may have changed them. Nothing to do while the directory does not exist.
+   * `WriterRegistry`), dropping every cached row when that removed a dead writer's entry, since
+   * that writer may have changed them. Nothing to do while the directory does not exist. A
+   * registration that fails fails the change: changing the directory unregistered could hide
+   * the change from another ledger that believes it is alone. Only a registry that cannot exist
+   * (`writers` is not a directory), which no ledger then trusts, lets changes go ahead, with a
+   * warning.
    */
   async #beforeChange(): Promise<void> {
     if (this.#writers.registered || this.#unregistrable) return;
     try {
-      if (await this.#writers.register()) this.#cache.clear();
+      await this.#writers.register(() => this.#cache.clear());
     } catch (error) {
-      if (isCode(error, "ENOENT")) return; // no directory yet: nothing to change, try again later
-      // The registry only spares stats: without it this instance stats every file, as before.
+      if (!(error instanceof RegistryUnavailableError)) throw error;
       this.#unregistrable = true;
       this.#logger?.warn(
         { err: error, dir: this.#dir },

@@ -177,8 +177,13 @@ export abstract class SessionStateServer<
 
   protected override async restoreSessionStates(input: RestoreSessionStatesInput): Promise<void> {
     // Each state is already sessionStateSchema()'s parse output: the participant parsed every
-    // one before handing any over, so none is walked again here.
-    for (const [id, state] of Object.entries(input.states)) this.states.set(id, state as State);
+    // one before handing any over, so none is walked again here, unless a subclass declared
+    // another schema there.
+    const parsed = this.sessionStateSchema() === this.stateSchema;
+    const states = Object.entries(input.states).map(
+      ([id, s]) => [id, parsed ? (s as State) : this.stateSchema.parse(s)] as const,
+    );
+    for (const [id, state] of states) this.states.set(id, state);
   }
 
   protected override async retireSessionState(input: RetireSessionStateInput): Promise<void> {
