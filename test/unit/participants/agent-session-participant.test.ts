@@ -43,8 +43,8 @@ function make() {
   const hooks: AgentSessionHooks = {
     exportAgentSessions: ({ sessionKeys }) => {
       exported.push([...sessionKeys]);
-      const out: Record<string, JsonValue> = {};
-      for (const key of sessionKeys) if (!omit.has(key)) out[key] = { state: `of ${key}` };
+      const out = new Map<string, JsonValue>();
+      for (const key of sessionKeys) if (!omit.has(key)) out.set(key, { state: `of ${key}` });
       return Promise.resolve(out);
     },
     restoreAgentSessions: ({ sessions }) => {

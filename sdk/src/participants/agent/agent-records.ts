@@ -57,11 +57,10 @@ export interface RestoredAgentSession {
 export interface AgentSessionHooks {
   /**
    * Describes every named session at once, as of the checkpoint (every session is parked): an
-   * entry for each key, describing how to rebuild the state, not a live handle.
+   * entry for each key, describing how to rebuild the state, not a live handle. A map, not an
+   * object: a commit exports thousands, and an object keyed by session goes into dictionary mode.
    */
-  exportAgentSessions(
-    input: ExportAgentSessionsInput,
-  ): Promise<Readonly<Record<string, JsonValue>>>;
+  exportAgentSessions(input: ExportAgentSessionsInput): Promise<ReadonlyMap<string, JsonValue>>;
   /** In a fresh process: validates every session, then installs all of them or throws. */
   restoreAgentSessions(input: RestoreAgentSessionsInput): Promise<void>;
   /** Frees one session's state (stops its sandbox); tolerates a key with no state. */

@@ -618,7 +618,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       sessionKeys: chosen.map((s) => s.key),
       signal,
     });
-    const missing = chosen.filter((s) => !Object.hasOwn(states, s.key)).map((s) => s.key);
+    const missing = chosen.filter((s) => !states.has(s.key)).map((s) => s.key);
     if (missing.length > 0) {
       throw new CheckpointError(
         "checkpoint_error",
@@ -635,7 +635,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       // Not walked here: the records writer checks every record once as it encodes it, and a
       // value that is not JSON fails the commit with 422 naming the episode and the path
       // (`$.session…`, `$.boundary…`; see docs/storage.md).
-      const session = states[s.key] as JsonValue;
+      const session = states.get(s.key) as JsonValue;
       const owner = isLegacySessionKey(s.key)
         ? null
         : (this.#restoredOwners.get(s.key) ?? this.#owner);

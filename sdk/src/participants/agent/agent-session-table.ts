@@ -453,8 +453,7 @@ export function sessionHooks<State>(
         native.length === 0
           ? {}
           : await author.exportAgentSessions({ sessionKeys: native, signal });
-      // Entries, not assignments: an agent session ID such as `__proto__` stays an own key.
-      const out: [string, JsonValue][] = [];
+      const out = new Map<string, JsonValue>();
       for (const key of sessionKeys) {
         const legacy = isLegacySessionKey(key);
         if (!legacy && !Object.hasOwn(exported, key)) continue;
@@ -465,9 +464,9 @@ export function sessionHooks<State>(
             `exportAgentSessions returned a non-object for session ${key}; return a JSON object`,
           );
         }
-        out.push([key, table.exported(key, own)]);
+        out.set(key, table.exported(key, own));
       }
-      return Object.fromEntries(out);
+      return out;
     },
     restoreAgentSessions: async ({ sessions, signal }) => {
       const books = parseBookkeeping(sessions);
