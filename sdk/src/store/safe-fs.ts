@@ -65,7 +65,8 @@ export function notRegularFile(file: string, stats: Stats): CheckpointStateError
   );
 }
 
-function isCode(error: unknown, ...codes: string[]): boolean {
+/** Whether `error` is a system error with one of `codes` (`ENOENT`, `EEXIST`...). */
+export function isCode(error: unknown, ...codes: string[]): boolean {
   return codes.includes((error as NodeJS.ErrnoException | null)?.code ?? "");
 }
 

@@ -5,14 +5,18 @@
  */
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync, readlinkSync } from "node:fs";
 import { appendFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
 import { encodeRowLine } from "#sdk/capture/ledger/row-codec.js";
-import { WRITER_REGISTRY_DIR, WriterRegistry } from "#sdk/capture/ledger/writer-registry.js";
+import {
+  WRITER_REGISTRY_DIR,
+  WriterRegistry,
+  bootId,
+  pidNamespace,
+} from "#sdk/capture/ledger/writer-registry.js";
 import { custodyRow, makeTempDir, removeTempDir, warnings } from "./helpers.js";
 
 const stats = vi.hoisted(() => ({ ledgerFiles: 0 }));
@@ -77,23 +81,11 @@ async function deadPid(): Promise<number> {
 /** A registry entry shaped like one of `pid` on this machine, in this PID namespace. */
 function entryOf(
   pid: number,
-  { namespace = thisNamespace(), boot = thisBoot() }: { namespace?: string; boot?: string } = {},
+  { namespace = pidNamespace(), boot = bootId() }: { namespace?: string; boot?: string } = {},
 ): string {
   return ["w", boot, encodeURIComponent(hostname()), namespace, String(pid), "0123456789ab"].join(
     "~",
   );
-}
-
-function thisNamespace(): string {
-  try {
-    return readlinkSync("/proc/self/ns/pid").replace(/\D/g, "") || "none";
-  } catch {
-    return "none";
-  }
-}
-
-function thisBoot(): string {
-  return readFileSync("/proc/sys/kernel/random/boot_id", "utf8").replace(/[^0-9a-f]/gi, "");
 }
 
 describe("a ledger alone in its directory", () => {

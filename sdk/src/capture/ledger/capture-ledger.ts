@@ -3,7 +3,7 @@ import path from "node:path";
 import type { Logger } from "pino";
 import { attemptOf, captureKey, type EpisodeId } from "../../identity/episode-id.js";
 import { fsyncDir } from "../../store/fs-sync.js";
-import { makeDirectories } from "../../store/safe-fs.js";
+import { makeDirectories, isCode } from "../../store/safe-fs.js";
 import {
   InvalidLedgerRowError,
   LedgerConflictError,
@@ -105,10 +105,6 @@ export interface LedgerImportResult {
   readonly cleared: readonly string[];
   /** The retire of the source attempts `0..N` of every target. */
   readonly retired: LedgerRemoval;
-}
-
-function isCode(error: unknown, code: string): boolean {
-  return (error as NodeJS.ErrnoException).code === code;
 }
 
 /**

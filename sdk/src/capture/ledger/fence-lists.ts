@@ -16,7 +16,7 @@ import { mkdir, readdir, rmdir, unlink } from "node:fs/promises";
 import path from "node:path";
 import { fsyncDir } from "../../store/fs-sync.js";
 import { writeFileDurably } from "../../store/durable-file.js";
-import { readRegularFile } from "../../store/safe-fs.js";
+import { readRegularFile, isCode } from "../../store/safe-fs.js";
 import { CorruptLedgerError, InvalidLedgerKeyError } from "./errors.js";
 import { ledgerEpisode } from "./files.js";
 
@@ -29,10 +29,6 @@ const LIST_SUFFIX = ".keys";
 export interface FenceList {
   readonly name: string;
   readonly keys: readonly string[];
-}
-
-function isCode(error: unknown, code: string): boolean {
-  return (error as NodeJS.ErrnoException).code === code;
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { setImmediate as nextTurn } from "node:timers/promises";
+import { isCode } from "../../store/safe-fs.js";
 
 /** When a slice of synchronous file operations hands the event loop a turn. */
 export interface SliceBudget {
@@ -50,10 +51,6 @@ export async function inSlices<T, R>(
     sliceOps += 1;
   }
   return results;
-}
-
-function isCode(error: unknown, code: string): boolean {
-  return (error as NodeJS.ErrnoException).code === code;
 }
 
 /** Creates an empty file unless it exists; whether this call created it. */

@@ -32,6 +32,7 @@ import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { mkdir, readdir, unlink, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
+import { isCode } from "../../store/safe-fs.js";
 
 /** The subdirectory of a ledger directory that holds the writer registry. */
 export const WRITER_REGISTRY_DIR = "writers";
@@ -40,12 +41,12 @@ const SEPARATOR = "~";
 /** Every entry name starts with it: nothing an entry's parts hold can hide or mimic one. */
 const PREFIX = "w";
 
-function isCode(error: unknown, ...codes: string[]): boolean {
-  return codes.includes((error as NodeJS.ErrnoException).code ?? "");
-}
-
-/** This process's PID namespace (Linux), so a PID is only judged inside its own namespace. */
-function pidNamespace(): string {
+/**
+ * This process's PID namespace (Linux), so a PID is only judged inside its own namespace.
+ *
+ * @internal
+ */
+export function pidNamespace(): string {
   try {
     return readlinkSync("/proc/self/ns/pid").replace(/\D/g, "") || "none";
   } catch {
@@ -53,8 +54,12 @@ function pidNamespace(): string {
   }
 }
 
-/** This boot of this machine (Linux), "none" elsewhere: entries of other machines are never judged. */
-function bootId(): string {
+/**
+ * This boot of this machine (Linux), "none" elsewhere: entries of other machines are never judged.
+ *
+ * @internal
+ */
+export function bootId(): string {
   try {
     return (
       readFileSync("/proc/sys/kernel/random/boot_id", "utf8").replace(/[^0-9a-f]/gi, "") || "none"
