@@ -15,6 +15,7 @@ import {
   nextAttempt,
   type EpisodeId,
 } from "../identity/episode-id.js";
+import { scopeInKeyOrder } from "../identity/scope-keys.js";
 import { sleep } from "../util/deadline.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan } from "../telemetry/spans.js";
@@ -181,6 +182,15 @@ export async function discover(
       stageIndex(a.kind) - stageIndex(b.kind) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
   );
   return { client, token, members, logger: options.logger };
+}
+
+/**
+ * A list of episodes as a control body carries it: in capture-key order, each attempt once.
+ * Order and repeats mean nothing to a participant, but a list in this order is one each of
+ * them checks in a pass rather than sorts (docs/controller.md).
+ */
+function scopeOnWire(episodes: readonly EpisodeId[]): { rollout_id: string; attempt: number }[] {
+  return scopeInKeyOrder(episodes).map(episodeIdToWire);
 }
 
 /** The controller's span of one coordination step: `gym.checkpoint.coordinate.<operation>`. */
@@ -390,7 +400,7 @@ export async function commit(
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
     checkpoint_dir: absoluteDir(options.checkpointDir),
-    episode_ids: options.episodeIds === null ? null : options.episodeIds.map(episodeIdToWire),
+    episode_ids: options.episodeIds === null ? null : scopeOnWire(options.episodeIds),
   };
   if (options.stop === true) body.stop = true;
   return await coordinateSpan(
@@ -451,7 +461,7 @@ async function restoreAllOrNothing(
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
     checkpoint_dir: absoluteDir(options.checkpointDir),
-    episode_ids: options.episodeIds.map(episodeIdToWire),
+    episode_ids: scopeOnWire(options.episodeIds),
   };
   try {
     return await fanOut(
@@ -475,7 +485,7 @@ async function restoreAllOrNothing(
     const bytes = encode({
       checkpoint_id: options.checkpointId,
       deadline_ts: cleanupDeadline,
-      episode_ids: fenced.map(episodeIdToWire),
+      episode_ids: scopeOnWire(fenced),
     });
     for (const kinds of RETIRE_ORDER) {
       const stage = byKinds(participants, kinds);
@@ -563,7 +573,7 @@ export async function retire(
   const bytes = encode({
     checkpoint_id: checkpointId,
     deadline_ts: deadlineTs,
-    episode_ids: episodeIds.map(episodeIdToWire),
+    episode_ids: scopeOnWire(episodeIds),
   });
   return await coordinateSpan(
     "retire",

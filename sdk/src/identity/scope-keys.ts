@@ -18,6 +18,7 @@ interface ScopeKeys {
   /** The capture key of each entry, in the scope's order (duplicates kept). */
   readonly keys: readonly string[];
   sorted: readonly string[] | null;
+  ordered: readonly EpisodeId[] | null;
   set: ReadonlySet<string> | null;
   digest: string | null;
 }
@@ -27,7 +28,7 @@ const cache = new WeakMap<readonly EpisodeId[], ScopeKeys>();
 function keysOf(scope: readonly EpisodeId[]): ScopeKeys {
   let known = cache.get(scope);
   if (known === undefined) {
-    known = { keys: scope.map(captureKey), sorted: null, set: null, digest: null };
+    known = { keys: scope.map(captureKey), sorted: null, ordered: null, set: null, digest: null };
     cache.set(scope, known);
   }
   return known;
@@ -69,6 +70,27 @@ export function sortedScopeKeys(scope: readonly EpisodeId[]): readonly string[] 
 }
 
 /**
+ * The episodes of `scope` in capture-key order, each attempt once, aligned with
+ * {@link sortedScopeKeys}: the scope itself when a controller sent it in that order (as ours
+ * does), so a participant walks its state in key order without sorting it.
+ */
+export function scopeInKeyOrder(scope: readonly EpisodeId[]): readonly EpisodeId[] {
+  const known = keysOf(scope);
+  if (known.ordered === null) {
+    const sorted = sortedScopeKeys(scope);
+    if (sorted === known.keys) {
+      known.ordered = scope;
+    } else {
+      const byKey = new Map<string, EpisodeId>();
+      for (let i = 0; i < scope.length; i++)
+        byKey.set(known.keys[i] as string, scope[i] as EpisodeId);
+      known.ordered = sorted.map((key) => byKey.get(key) as EpisodeId);
+    }
+  }
+  return known.ordered;
+}
+
+/**
  * The digest two requests compare to tell whether they name the same scope: the JSON of its
  * sorted capture keys, so order and duplicates do not count. `"null"` for no scope.
  */
@@ -86,6 +108,6 @@ export function scopeDigest(scope: readonly EpisodeId[] | null): string {
  */
 export function scopeFromCaptureKeys(keys: readonly string[]): EpisodeId[] {
   const scope = keys.map(fromCaptureKey);
-  cache.set(scope, { keys, sorted: null, set: null, digest: null });
+  cache.set(scope, { keys, sorted: null, ordered: null, set: null, digest: null });
   return scope;
 }

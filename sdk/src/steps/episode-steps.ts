@@ -487,6 +487,18 @@ export class EpisodeSteps {
   }
 
   /**
+   * The latest boundary of `key` as {@link exported} maps it (null: none yet), or undefined when
+   * {@link exported} leaves the episode out: for a caller walking a scope in its own order.
+   */
+  exportedBoundary(key: string): JsonValue | null | undefined {
+    const e = this.#episodes.get(key);
+    if (e === undefined || !this.#capturable.has(e) || e.retired !== null || e.restart) {
+      return undefined;
+    }
+    return e.boundary;
+  }
+
+  /**
    * What {@link exported} maps, visited in no particular order: for a caller that orders its
    * records itself, so a commit sorts them once (not once here and again there).
    */

@@ -328,6 +328,44 @@ describe("commit, renew, resume", () => {
     expect(opens.slice(2)).toEqual(["agent:open", "policy:open", "env:open"]);
   });
 
+  it("sends commit, restore and retire scopes in capture-key order, each attempt once", async () => {
+    const { participants, byName } = await deploy(FULL);
+    const listed = [episodeId("r2"), episodeId("r10"), episodeId("r1", 1), episodeId("r2")];
+    for (const p of byName.values()) p.episodes = listed;
+    const sent = vi.spyOn(participants.client, "control");
+    const scopeOf = (operation: string): unknown => {
+      const call = sent.mock.calls.find((c) => c[1] === operation);
+      return JSON.parse(Buffer.from(call?.[2] as Uint8Array).toString("utf8")).episode_ids;
+    };
+    const inKeyOrder = [
+      { rollout_id: "r1", attempt: 1 },
+      { rollout_id: "r10", attempt: 0 },
+      { rollout_id: "r2", attempt: 0 },
+    ];
+    await prepare(participants, "c1", deadline());
+    await commit(participants, {
+      checkpointId: "c1",
+      checkpointDir: dir,
+      episodeIds: listed,
+      deadlineTs: deadline(),
+    });
+    expect(scopeOf("commit")).toEqual(inKeyOrder);
+    await resume(participants, "c1", deadline());
+    await retire(participants, "c1", listed, deadline());
+    expect(scopeOf("retire")).toEqual(inKeyOrder);
+    const fresh = await deploy(FULL);
+    const restoreSent = vi.spyOn(fresh.participants.client, "control");
+    await restore(fresh.participants, {
+      checkpointId: "c1",
+      checkpointDir: dir,
+      episodeIds: listed,
+      deadlineTs: deadline(),
+    });
+    const restoreCall = restoreSent.mock.calls.find((c) => c[1] === "restore");
+    const restored = JSON.parse(Buffer.from(restoreCall?.[2] as Uint8Array).toString("utf8"));
+    expect(restored.episode_ids).toEqual(inKeyOrder);
+  });
+
   it("renews every lease", async () => {
     const { participants } = await deploy(FULL);
     await prepare(participants, "c1", deadline());

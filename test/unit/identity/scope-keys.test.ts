@@ -17,6 +17,7 @@ import {
   captureKeysOf,
   scopeDigest,
   scopeFromCaptureKeys,
+  scopeInKeyOrder,
   sortedScopeKeys,
 } from "#sdk/identity/scope-keys.js";
 
@@ -97,6 +98,19 @@ describe("scope keys", () => {
     expect(ordered).toEqual(["a", "b", "b-a1"]);
     expect(first).toEqual(["a", "b"]);
     expect(again).toBe(first);
+  });
+
+  it("gives an ordered scope back as it is, and any other in key order, each attempt once", () => {
+    const ordered = [episodeId("a"), episodeId("a", 2), episodeId("b", 1)];
+    expect(scopeInKeyOrder(ordered)).toBe(ordered);
+    fc.assert(
+      fc.property(fc.array(keyArb, { maxLength: 12 }), (episodes) => {
+        const inOrder = scopeInKeyOrder(episodes);
+        expect(inOrder.map(captureKey)).toEqual(sortedScopeKeys(episodes));
+        expect(inOrder.map(captureKey)).toEqual([...new Set(episodes.map(captureKey))].sort());
+        expect(scopeInKeyOrder(episodes)).toBe(inOrder);
+      }),
+    );
   });
 
   it("decodes a scope sent as capture keys, remembering them as its keys", () => {

@@ -349,6 +349,35 @@ describe("snapshots and export", () => {
     expect(exported).toHaveLength(2);
   });
 
+  it("exports in capture-key order, sessions of one attempt by key, whatever the scope's order", async () => {
+    const { p, exported } = make();
+    const r10 = episodeId("r10");
+    const r1a2 = episodeId("r1", 2);
+    // Session keys ordered against their episodes, and two sessions of one attempt.
+    await seeded(p, "a", r2);
+    await seeded(p, "b", r10);
+    await seeded(p, "c", r1a2);
+    await seeded(p, "e", r1);
+    await seeded(p, "d", r1);
+    p.closeAdmission(closing());
+    const expected = [
+      ["d", "r1"],
+      ["e", "r1"],
+      ["c", "r1-a2"],
+      ["b", "r10"],
+      ["a", "r2"],
+    ];
+    const keysOf = (records: AgentSessionRecord[]) =>
+      records.map((r) => [
+        r.session_key,
+        r.episode_id.attempt === 0 ? r.episode_id.rollout_id : `${r.episode_id.rollout_id}-a2`,
+      ]);
+    const scoped = await p.export([r2, r1a2, r10, r1, r2, episodeId("zz")], never());
+    expect(keysOf(scoped)).toEqual(expected);
+    expect(exported[0]).toEqual(["d", "e", "c", "b", "a"]);
+    expect(keysOf(await p.export(null, never()))).toEqual(expected);
+  });
+
   it("a key missing from the hook's result fails the export with checkpoint_error", async () => {
     const { p, omit } = make();
     await seeded(p, "a", r1);

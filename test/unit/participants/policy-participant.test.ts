@@ -7,6 +7,7 @@
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
+import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { CaptureLedger, type LedgerRemoval } from "#sdk/capture/ledger/capture-ledger.js";
 import { RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
@@ -415,6 +416,32 @@ describe("PolicyParticipant commit reply", () => {
       staging_keys: ["q/a", "q/b", "r/B", "r/a", "r/b", "r/é"],
       staging_keys_by_episode: { r: ["r/B", "r/a", "r/b", "r/é"], q: ["q/a", "q/b", "r/a"] },
     });
+  });
+
+  it("lists every staging key once, sorted, whatever the records hold and their order", () => {
+    const p = participant();
+    const keyArb = fc.constantFrom("a", "b", "r/1", "r/2", "q/1", "__g/r/1", "__g/q/2", "é", "Z");
+    const recordArb = fc.record({
+      rollout: fc.constantFrom("r", "q", "s", "t"),
+      attempt: fc.nat(2),
+      rows: fc.array(keyArb, { maxLength: 3 }),
+      cuts: fc.array(fc.uniqueArray(keyArb, { minLength: 1, maxLength: 3 }), { maxLength: 2 }),
+    });
+    fc.assert(
+      fc.property(fc.array(recordArb, { maxLength: 6 }), (drawn) => {
+        const records = drawn.map((d, i) =>
+          record(
+            episodeId(d.rollout, d.attempt),
+            d.rows.map((key, j) => custodyRow(`c${i}-${j}`, d.rollout, { staging_key: key })),
+            d.cuts.map((keys, j) => cutOf(`k${i}-${j}`, d.rollout, keys)),
+          ),
+        );
+        const every = drawn.flatMap((d) => [...d.rows, ...d.cuts.flat()]);
+        const reply = p.commitReply(records) as { staging_keys: string[] };
+        expect(reply.staging_keys).toEqual([...new Set(every)].sort());
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 

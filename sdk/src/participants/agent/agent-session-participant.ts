@@ -19,7 +19,7 @@ import {
   sameEpisode,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { captureKeySet } from "../../identity/scope-keys.js";
+import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import { EpisodeAlreadyRunningError } from "../../steps/episode-errors.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
@@ -603,16 +603,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
   ): Promise<AgentSessionRecord[]> {
-    const inScope = scope === null ? null : captureKeySet(scope);
-    const chosen = [...this.#tracked]
-      .filter(
-        (s) =>
-          !s.retired &&
-          !s.closing &&
-          !this.#isRestart(s) &&
-          (inScope === null || inScope.has(s.captureKey)),
-      )
-      .sort((a, b) => compareStrings(a.key, b.key));
+    const chosen = this.#exportedSessions(scope);
     if (chosen.length === 0) return [];
     const states = await this.#hooks.exportAgentSessions({
       sessionKeys: chosen.map((s) => s.key),
@@ -648,6 +639,35 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         owner,
       });
     });
+  }
+
+  /**
+   * The sessions an export writes, in capture-key order (ties by session key), so the commit
+   * reply's sorted episode list needs no sort. With a scope, walked in the scope's key order
+   * (a controller sends it sorted): no sort of thousands of sessions.
+   */
+  #exportedSessions(scope: readonly EpisodeId[] | null): SessionPhase[] {
+    const exported = (s: SessionPhase): boolean => !s.retired && !s.closing && !this.#isRestart(s);
+    const byKeys = (a: SessionPhase, b: SessionPhase): number =>
+      compareStrings(a.captureKey, b.captureKey) || compareStrings(a.key, b.key);
+    if (scope === null) return [...this.#tracked].filter(exported).sort(byKeys);
+    const chosen: SessionPhase[] = [];
+    const episodes = scopeInKeyOrder(scope);
+    const keys = sortedScopeKeys(scope);
+    for (let i = 0; i < episodes.length; i++) {
+      const sessions = this.#sessionsByRollout.get((episodes[i] as EpisodeId).rollout_id);
+      if (sessions === undefined) continue;
+      const first = chosen.length;
+      for (const s of sessions) {
+        if (s.captureKey === keys[i] && exported(s)) chosen.push(s);
+      }
+      // Several sessions of one attempt (rare): ordered among themselves by session key.
+      if (chosen.length - first > 1) {
+        const group = chosen.splice(first).sort(byKeys);
+        for (const s of group) chosen.push(s);
+      }
+    }
+    return chosen;
   }
 
   override async install(

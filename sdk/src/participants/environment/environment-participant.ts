@@ -19,7 +19,7 @@ import {
   parseEpisodeId,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { captureKeySet } from "../../identity/scope-keys.js";
+import { sortedScopeKeys } from "../../identity/scope-keys.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import type { PrepareReport } from "../../wire/control.js";
 import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
@@ -225,24 +225,45 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
     scope: readonly EpisodeId[] | null,
     _signal: AbortSignal,
   ): Promise<EnvironmentRecord[]> {
-    const inScope = scope === null ? null : captureKeySet(scope);
+    if (scope !== null) return this.#exportScope(scope);
     // Sorted by capture key, each computed once (not twice per comparison).
     const keyed: { key: string; record: EnvironmentRecord }[] = [];
     this.steps.forEachExported((key, boundary) => {
-      if (inScope !== null && !inScope.has(key)) return;
       const digest = this.#live.get(key);
       const episode = this.#live.episode(key);
       if (digest === undefined || episode === undefined) return;
       keyed.push({ key, record: record(episode, digest, boundary) });
     });
     for (const [key, restored] of this.#restored) {
-      if (inScope !== null && !inScope.has(key)) continue;
       keyed.push({
         key,
         record: record(restored.episode, restored.taskDigest, restored.boundary),
       });
     }
     return keyed.sort((a, b) => compareStrings(a.key, b.key)).map(({ record: r }) => r);
+  }
+
+  /**
+   * The records of `scope`, walked in its key order (a controller sends it sorted, so nothing is
+   * sorted here): a live episode's record, then a restored one's of the same key.
+   */
+  #exportScope(scope: readonly EpisodeId[]): EnvironmentRecord[] {
+    const records: EnvironmentRecord[] = [];
+    for (const key of sortedScopeKeys(scope)) {
+      const boundary = this.steps.exportedBoundary(key);
+      if (boundary !== undefined) {
+        const digest = this.#live.get(key);
+        const episode = this.#live.episode(key);
+        if (digest !== undefined && episode !== undefined) {
+          records.push(record(episode, digest, boundary));
+        }
+      }
+      const restored = this.#restored.get(key);
+      if (restored !== undefined) {
+        records.push(record(restored.episode, restored.taskDigest, restored.boundary));
+      }
+    }
+    return records;
   }
 
   override async install(

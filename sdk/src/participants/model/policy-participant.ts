@@ -354,7 +354,10 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   }
 
   override commitReply(records: readonly ModelRecord[]): Record<string, unknown> {
-    const all: string[] = [];
+    // The n-th key of every episode, in record order: each such column is usually sorted
+    // already (records follow the scope's key order), so the reply's list is a merge of a few
+    // sorted columns rather than a sort of every key.
+    const columns: string[][] = [];
     const byEpisode: Record<string, string[]> = {};
     for (const r of records) {
       const keys: string[] = [];
@@ -362,12 +365,17 @@ export class PolicyParticipant extends Participant<ModelRecord> {
         const key = row.staging_key;
         if (typeof key === "string" && key.length > 0) keys.push(key);
       }
-      for (const cut of r.generation_cuts) keys.push(...cut.continuation.staging_keys);
+      for (const cut of r.generation_cuts) {
+        for (const key of cut.continuation.staging_keys) keys.push(key);
+      }
       const sorted = sortedUnique(keys);
       byEpisode[captureKey(r.episode_id)] = sorted;
-      for (const key of sorted) all.push(key);
+      for (let i = 0; i < sorted.length; i++) (columns[i] ??= []).push(sorted[i] as string);
     }
-    return { staging_keys: sortedUnique(all), staging_keys_by_episode: byEpisode };
+    return {
+      staging_keys: mergeSortedUnique(columns.map(sortedUnique)),
+      staging_keys_by_episode: byEpisode,
+    };
   }
 
   #refuseServed(): void {
@@ -522,4 +530,44 @@ function sortedUnique(keys: string[]): string[] {
   }
   keys.length = kept;
   return keys;
+}
+
+/** Sorted lists of keys as one sorted list without repeats, merged pairwise. */
+function mergeSortedUnique(lists: string[][]): string[] {
+  if (lists.length === 0) return [];
+  let level = lists;
+  while (level.length > 1) {
+    const next: string[][] = [];
+    for (let i = 0; i < level.length; i += 2) {
+      const b = level[i + 1];
+      next.push(b === undefined ? (level[i] as string[]) : mergeTwo(level[i] as string[], b));
+    }
+    level = next;
+  }
+  return level[0] as string[];
+}
+
+/** Two sorted lists without repeats as one. */
+function mergeTwo(a: readonly string[], b: readonly string[]): string[] {
+  const out: string[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length && j < b.length) {
+    const x = a[i] as string;
+    const y = b[j] as string;
+    if (x < y) {
+      out.push(x);
+      i++;
+    } else if (y < x) {
+      out.push(y);
+      j++;
+    } else {
+      out.push(x);
+      i++;
+      j++;
+    }
+  }
+  while (i < a.length) out.push(a[i++] as string);
+  while (j < b.length) out.push(b[j++] as string);
+  return out;
 }

@@ -292,6 +292,28 @@ describe("EnvironmentParticipant", () => {
     b.end();
   });
 
+  it("exports a scope in capture-key order, each episode once, whatever the scope's order", async () => {
+    const p = new EnvironmentParticipant();
+    const live = ["r2", "r10", "r1-a2", "r1", "out"].map((key) => begin(p, key));
+    p.closeAdmission(PREPARE);
+    const parked = live.map((e) => e.boundary({ s: e.captureKey }));
+    await tick();
+    const scope = ["r2", "r1-a2", "r10", "r1", "r2", "absent"].map((key) => {
+      const [rollout, attempt] = key.includes("-a") ? key.split("-a") : [key, "0"];
+      return episodeId(rollout as string, Number(attempt));
+    });
+    const records = await p.export(scope, new AbortController().signal);
+    expect(records.map((r) => r.boundary)).toEqual([
+      { s: "r1" },
+      { s: "r1-a2" },
+      { s: "r10" },
+      { s: "r2" },
+    ]);
+    p.openAdmission();
+    await Promise.all(parked);
+    for (const e of live) e.end();
+  });
+
   describe("retire", () => {
     it("aborts the episode, waits for its end, and fences late /runs until forget", async () => {
       const p = new EnvironmentParticipant();
