@@ -42,18 +42,12 @@ import {
   type SimpleSessionState,
 } from "./config.js";
 import { runLegacy, type RunCallReply } from "./legacy-run.js";
-import { ObservationBundleSchema, loadLoopState, withTrajectory, type Item } from "./trajectory.js";
+import { exportedSessionOf } from "./exported-session.js";
+import { loadLoopState, withTrajectory, type Item } from "./trajectory.js";
 import { parseModelReply, runTurnLoop, type ModelReply, type ToolReply } from "./turn-loop.js";
 
 export { SimpleAgentConfigSchema, type SimpleAgentConfig, type SimpleSessionState };
 export { LoopBoundarySchema, ObservationBundleSchema } from "./trajectory.js";
-
-/** What the export hook writes per native session (the SDK adds its own counters). */
-const ExportedSessionSchema = z.strictObject({
-  request: z.unknown(),
-  resources_cookies: z.record(z.string(), z.string()).nullable(),
-  observations: ObservationBundleSchema.nullable(),
-});
 
 /**
  * The reference agent with full checkpoint support: sessions seeded by an
@@ -134,7 +128,7 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
     try {
       for (const session of input.sessions) {
         if (isLegacySessionKey(session.sessionKey)) continue;
-        const parsed = ExportedSessionSchema.safeParse(session.session);
+        const parsed = exportedSessionOf(session.session);
         if (!parsed.success) {
           throw new CheckpointStateError(
             `agent session ${session.sessionKey}: ${parsed.error.issues

@@ -290,6 +290,12 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
    * session whose attempt was retired meanwhile is registered as retired at once.
    */
   seeded(sessionId: string, episode: EpisodeId, owner: string | null = null): void {
+    this.#bind(sessionId, episode, owner);
+    this.notify();
+  }
+
+  /** {@link seeded} without the notification: a restore binds thousands, then notifies once. */
+  #bind(sessionId: string, episode: EpisodeId, owner: string | null): void {
     this.#unbind(sessionId);
     this.#restoredPending.delete(sessionId);
     this.#restored.delete(sessionId);
@@ -300,7 +306,6 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     // A restored session keeps the owner its cookies name, wherever it is served now.
     this.#owners.set(sessionId, this.#owners.get(sessionId) ?? owner ?? null);
     if (this.retired.isRetired(episode)) this.#fence(sessionId, episode.rollout_id);
-    this.notify();
   }
 
   /** Stops tracking a session (a close, a verify, or a server-declared end). Unknown IDs: no-op. */
@@ -553,7 +558,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     }
     for (const record of records) {
       const next = nextAttempt(parseEpisodeId(record.episode_id));
-      this.seeded(record.session_id, next, record.owner);
+      this.#bind(record.session_id, next, record.owner);
       this.#owners.set(record.session_id, record.owner);
       this.#restoredPending.add(record.session_id);
       this.#restored.add(record.session_id);

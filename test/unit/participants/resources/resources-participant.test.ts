@@ -300,6 +300,21 @@ describe("ResourcesParticipant restore", () => {
     expect(p.restoredPending()).toEqual([]);
   });
 
+  it("binds every restored session, then wakes a waiting prepare once", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    const records = Array.from({ length: 50 }, (_, i) => ({
+      ...record,
+      episode_id: { rollout_id: `r${i}`, attempt: 0 } as EpisodeId,
+      session_id: `s${i}`,
+    }));
+    let notified = 0;
+    p.onChange = () => (notified += 1);
+    await p.install(records, [], signal());
+    expect(notified).toBe(1);
+    expect(p.restoredPending()).toHaveLength(50);
+  });
+
   it("refuses a restore into a process that has sessions, and records into restart_only", async () => {
     const busy = make({ mode: "exported", ...counterHooks() });
     await seed(busy, "x", r0);
