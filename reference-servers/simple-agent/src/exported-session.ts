@@ -47,6 +47,8 @@ function isStringRecord(value: unknown): value is Record<string, string> {
   if (value === null || typeof value !== "object") return false;
   const proto: unknown = Object.getPrototypeOf(value);
   if (proto !== Object.prototype && proto !== null) return false;
+  // The schema drops an own `__proto__` key from a record: left to it.
+  if (Object.hasOwn(value, "__proto__")) return false;
   for (const item of Object.values(value)) if (typeof item !== "string") return false;
   return true;
 }

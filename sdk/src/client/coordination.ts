@@ -11,11 +11,11 @@ import { pino, type Logger } from "pino";
 import {
   captureKey,
   episodeIdToWire,
+  episodesInKeyOrder,
   fromCaptureKey,
   nextAttempt,
   type EpisodeId,
 } from "../identity/episode-id.js";
-import { scopeInKeyOrder } from "../identity/scope-keys.js";
 import { sleep } from "../util/deadline.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan } from "../telemetry/spans.js";
@@ -190,7 +190,8 @@ export async function discover(
  * them checks in a pass rather than sorts (docs/controller.md).
  */
 function scopeOnWire(episodes: readonly EpisodeId[]): { rollout_id: string; attempt: number }[] {
-  return scopeInKeyOrder(episodes).map(episodeIdToWire);
+  // Not the per-list cache of scope-keys.ts: a caller's array may change between calls.
+  return episodesInKeyOrder(episodes, episodes.map(captureKey)).map(episodeIdToWire);
 }
 
 /** The controller's span of one coordination step: `gym.checkpoint.coordinate.<operation>`. */

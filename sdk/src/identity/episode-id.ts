@@ -208,6 +208,21 @@ export function sortedCaptureKeys(episodes: Iterable<EpisodeId>): string[] {
 }
 
 /**
+ * `episodes` in capture-key order, each attempt once, given their capture keys (aligned):
+ * `episodes` itself when the keys are already strictly ascending (one pass), else a sorted copy.
+ */
+export function episodesInKeyOrder(
+  episodes: readonly EpisodeId[],
+  keys: readonly string[],
+): readonly EpisodeId[] {
+  const sorted = sortedUniqueKeys(keys);
+  if (sorted === keys) return episodes;
+  const byKey = new Map<string, EpisodeId>();
+  for (let i = 0; i < keys.length; i++) byKey.set(keys[i] as string, episodes[i] as EpisodeId);
+  return sorted.map((key) => byKey.get(key) as EpisodeId);
+}
+
+/**
  * `keys` sorted and de-duplicated: `keys` itself when already strictly ascending (checked in
  * one pass), else a sorted copy without duplicates.
  */

@@ -11,7 +11,13 @@
  *
  * @module
  */
-import { captureKey, fromCaptureKey, sortedUniqueKeys, type EpisodeId } from "./episode-id.js";
+import {
+  captureKey,
+  episodesInKeyOrder,
+  fromCaptureKey,
+  sortedUniqueKeys,
+  type EpisodeId,
+} from "./episode-id.js";
 
 /** What is known of one scope, each part computed on first use. */
 interface ScopeKeys {
@@ -76,17 +82,7 @@ export function sortedScopeKeys(scope: readonly EpisodeId[]): readonly string[] 
  */
 export function scopeInKeyOrder(scope: readonly EpisodeId[]): readonly EpisodeId[] {
   const known = keysOf(scope);
-  if (known.ordered === null) {
-    const sorted = sortedScopeKeys(scope);
-    if (sorted === known.keys) {
-      known.ordered = scope;
-    } else {
-      const byKey = new Map<string, EpisodeId>();
-      for (let i = 0; i < scope.length; i++)
-        byKey.set(known.keys[i] as string, scope[i] as EpisodeId);
-      known.ordered = sorted.map((key) => byKey.get(key) as EpisodeId);
-    }
-  }
+  known.ordered ??= episodesInKeyOrder(scope, known.keys);
   return known.ordered;
 }
 

@@ -364,6 +364,16 @@ describe("commit, renew, resume", () => {
     const restoreCall = restoreSent.mock.calls.find((c) => c[1] === "restore");
     const restored = JSON.parse(Buffer.from(restoreCall?.[2] as Uint8Array).toString("utf8"));
     expect(restored.episode_ids).toEqual(inKeyOrder);
+    // A list the caller changes between calls is read afresh at each.
+    const reused = [episodeId("r3")];
+    await retire(participants, "c1", reused, deadline());
+    reused.splice(0, 1, episodeId("r5"), episodeId("r4"));
+    sent.mockClear();
+    await retire(participants, "c1", reused, deadline());
+    expect(scopeOf("retire")).toEqual([
+      { rollout_id: "r4", attempt: 0 },
+      { rollout_id: "r5", attempt: 0 },
+    ]);
   });
 
   it("renews every lease", async () => {

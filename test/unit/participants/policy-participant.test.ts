@@ -292,7 +292,8 @@ describe("PolicyParticipant export", () => {
     untagged.cutRecord = cutOf("c-untagged", "");
     await p.closeAdmission(prepareReq());
     p.gate.exit(c3);
-    const records = await p.export([q0, episodeId("empty", 0), r1]);
+    const records = await p.export([r1, episodeId("empty", 0), q0, r1]);
+    // In capture-key order, each attempt once, whatever the scope's order and repeats.
     expect(records.map((rec) => rec.episode_id)).toEqual([q0, r1]);
     expect(records[1]?.rows.map((row) => row.model_call_id)).toEqual(["c1", "c3", "c4"]);
     expect(records[0]?.rows.map((row) => row.model_call_id)).toEqual(["q1"]);
@@ -337,8 +338,8 @@ describe("PolicyParticipant export", () => {
     done.responseStarted = true;
     const records = await p.export([r0, q0, episodeId("s", 0)]);
     expect(records.map((rec) => [rec.episode_id.rollout_id, rec.generation_cuts])).toEqual([
-      ["r", [cutOf("new", "r")]],
       ["q", [cutOf("late", "q")]],
+      ["r", [cutOf("new", "r")]],
     ]);
   });
 
@@ -353,8 +354,8 @@ describe("PolicyParticipant export", () => {
     await p.closeAdmission(prepareReq());
     const records = await p.export([r1, episodeId("q", 1)]);
     expect(records).toEqual([
-      record(r1, [], [cutOf("restored-r", "r")]),
       record(episodeId("q", 1), [], [cutOf("live", "q-a1")]),
+      record(r1, [], [cutOf("restored-r", "r")]),
     ]);
   });
 });

@@ -21,6 +21,7 @@ const cookiesArb = fc.oneof(
     },
   ),
   fc.constant([]),
+  fc.constant(JSON.parse('{"__proto__": "x", "a": "b"}') as unknown),
   fc.constant(new Map()),
   fc.constant("jar"),
 );

@@ -643,7 +643,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
 
   /**
    * The sessions an export writes, in capture-key order (ties by session key), so the commit
-   * reply's sorted episode list needs no sort. With a scope, walked in the scope's key order
+   * reply's sorted episode list needs no sort (unless one attempt has several sessions). With a scope, walked in the scope's key order
    * (a controller sends it sorted): no sort of thousands of sessions.
    */
   #exportedSessions(scope: readonly EpisodeId[] | null): SessionPhase[] {

@@ -17,7 +17,7 @@ import {
   nextAttempt,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { captureKeysOf } from "../../identity/scope-keys.js";
+import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import {
   GenerationCutRecordSchema,
   generationCutRecordFromWire,
@@ -334,9 +334,11 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     }
     const latest = new Map([...newest].map(([key, { record }]) => [key, record]));
     const records: ModelRecord[] = [];
-    const keys = captureKeysOf(scope);
+    // In key order, each attempt once (a scope may list one twice): records a restore accepts.
+    const episodes = scopeInKeyOrder(scope);
+    const keys = sortedScopeKeys(scope);
     const rowsOf = await ledger.exportRowsOf(keys, undelivered);
-    for (const [i, episode] of scope.entries()) {
+    for (const [i, episode] of episodes.entries()) {
       const key = keys[i] as string;
       const rows = rowsOf[i] ?? [];
       const cut = latest.get(key) ?? restored.get(key) ?? claimed.get(key);
