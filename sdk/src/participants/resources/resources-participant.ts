@@ -12,6 +12,7 @@ import {
   type EpisodeId,
 } from "../../identity/episode-id.js";
 import { captureKeySet } from "../../identity/scope-keys.js";
+import { compareStrings } from "../../util/compare-strings.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
@@ -479,21 +480,22 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     // Nothing held (a stateless server, or no session live): the scope is not even looked at.
     if (this.mode !== "exported" || this.#sessions.size === 0) return [];
     const inScope = scope === null ? null : captureKeySet(scope);
-    const candidates = new Map<string, EpisodeId>();
+    const candidates: ExportCandidate[] = [];
     for (const [id, bound] of this.#sessions) {
       if (this.#refused.has(id)) continue;
       const key = captureKey(bound);
       if (this.#carried.has(key)) continue;
       if (inScope !== null && !inScope.has(key)) continue;
-      candidates.set(id, bound);
+      candidates.push({ id, bound, key });
     }
-    if (candidates.size === 0) return [];
+    if (candidates.length === 0) return [];
+    inKeyOrder(candidates);
     const states = await this.#hooks.exportSessionStates({
-      sessionIds: [...candidates.keys()],
+      sessionIds: candidates.map((c) => c.id),
       signal,
     });
     const records: ResourcesRecord[] = [];
-    for (const [id, bound] of candidates) {
+    for (const { id, bound } of candidates) {
       if (!Object.hasOwn(states, id)) {
         // Already dropped (e.g. a verifier that cleaned up after failing): stop tracking it.
         this.#logger?.warn(
@@ -706,4 +708,27 @@ function checkState(schema: z.ZodType, record: ResourcesRecord): JsonValue {
     `checkpoint record of episode '${key}' (session '${record.session_id}') holds a state this server does not accept: ${issues}; nothing was restored`,
     key,
   );
+}
+
+/** A session a commit exports: its ID, the attempt it is bound to, and that attempt's key. */
+interface ExportCandidate {
+  readonly id: string;
+  readonly bound: EpisodeId;
+  readonly key: string;
+}
+
+/**
+ * Puts the candidates in capture-key order (ties by session ID), in place, checking first:
+ * records in key order let the commit reply and, after a crash, the restore reply list their
+ * episodes in one pass rather than sorting 8,000 keys in a process still cold.
+ */
+function inKeyOrder(candidates: ExportCandidate[]): void {
+  const before = (a: ExportCandidate, b: ExportCandidate): number =>
+    compareStrings(a.key, b.key) || compareStrings(a.id, b.id);
+  for (let i = 1; i < candidates.length; i++) {
+    if (before(candidates[i - 1] as ExportCandidate, candidates[i] as ExportCandidate) > 0) {
+      candidates.sort(before);
+      return;
+    }
+  }
 }

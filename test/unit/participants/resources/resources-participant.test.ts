@@ -253,6 +253,32 @@ describe("ResourcesParticipant modes", () => {
     expect((await p.export(null, signal())).map((r) => r.session_id)).toEqual(["a", "b"]);
   });
 
+  it("exported: records follow capture-key order, sessions of one attempt by session ID", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    // Opened out of key order: "z" first, then a later attempt before an earlier rollout.
+    const opened: [string, EpisodeId][] = [
+      ["s-z", episodeId("z")],
+      ["s-b2", episodeId("b", 2)],
+      ["s-a", episodeId("a")],
+      ["s-b-second", episodeId("b")],
+      ["s-b-first", episodeId("b")],
+    ];
+    for (const [sid, e] of opened) {
+      await seed(p, sid, e);
+      c.counts.set(sid, 1);
+    }
+    p.closeAdmission(prepare);
+    const exported = await p.export(null, signal());
+    expect(exported.map((r) => r.session_id)).toEqual([
+      "s-a",
+      "s-b-first",
+      "s-b-second",
+      "s-b2",
+      "s-z",
+    ]);
+  });
+
   it("holding no session, exports without looking at a single scope entry", async () => {
     // Every entry read throws: a server holding nothing must answer from its own state alone.
     const untouchable = new Proxy([episodeId("a"), episodeId("b")], {
