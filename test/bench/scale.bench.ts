@@ -92,6 +92,8 @@ interface RunFigures {
   readonly rows: [string, string][];
   readonly problems: readonly string[];
   readonly replacementFailures: number;
+  /** Every prepare stage, one after another: environment, model, agent, resources. */
+  readonly prepareSeconds: number;
   readonly commitSeconds: number;
   readonly restoreSeconds: number;
   /** The store baseline per core: write (commit) and read (restore), in seconds; null: none. */
@@ -225,6 +227,7 @@ async function runOnce(index: number): Promise<RunFigures> {
       rows,
       problems: report.problems,
       replacementFailures: report.replacementFailures,
+      prepareSeconds: Object.values(report.prepareSeconds).reduce((sum, x) => sum + (x ?? 0), 0),
       commitSeconds: report.commitSeconds,
       restoreSeconds: report.restoreSeconds,
       baseline,
@@ -356,6 +359,7 @@ if (options.repeat > 1) {
     ["rollouts", String(options.rollouts)],
     ["workers per participant server", String(options.workers)],
     ["node_args", options.nodeArgs ?? "(the deployment file's)"],
+    ["prepare, every stage (s)", spread(runs.map((r) => r.prepareSeconds))],
     ["commit (s)", spread(runs.map((r) => r.commitSeconds))],
     ["restore (s)", spread(runs.map((r) => r.restoreSeconds))],
     [

@@ -11,7 +11,7 @@ import {
   sameEpisode,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { captureKeySet } from "../../identity/scope-keys.js";
+import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
@@ -479,17 +479,8 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   ): Promise<ResourcesRecord[]> {
     // Nothing held (a stateless server, or no session live): the scope is not even looked at.
     if (this.mode !== "exported" || this.#sessions.size === 0) return [];
-    const inScope = scope === null ? null : captureKeySet(scope);
-    const candidates: ExportCandidate[] = [];
-    for (const [id, bound] of this.#sessions) {
-      if (this.#refused.has(id)) continue;
-      const key = captureKey(bound);
-      if (this.#carried.has(key)) continue;
-      if (inScope !== null && !inScope.has(key)) continue;
-      candidates.push({ id, bound, key });
-    }
+    const candidates = this.#exportCandidates(scope);
     if (candidates.length === 0) return [];
-    inKeyOrder(candidates);
     const states = await this.#hooks.exportSessionStates({
       sessionIds: candidates.map((c) => c.id),
       signal,
@@ -513,6 +504,43 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
       });
     }
     return records;
+  }
+
+  /**
+   * The sessions an export writes, in capture-key order, sessions of one attempt by session ID:
+   * the commit reply and, after a crash, the restore reply then list their episodes in one pass
+   * rather than sorting 8,000 keys in a process still cold. With a scope, walked in the scope's
+   * key order (a controller sends it sorted) through the sessions of each rollout: no sort.
+   */
+  #exportCandidates(scope: readonly EpisodeId[] | null): ExportCandidate[] {
+    const candidates: ExportCandidate[] = [];
+    const exported = (id: string, bound: EpisodeId, key: string): boolean =>
+      !this.#refused.has(id) && !this.#carried.has(key) && captureKey(bound) === key;
+    if (scope === null) {
+      for (const [id, bound] of this.#sessions) {
+        const key = captureKey(bound);
+        if (exported(id, bound, key)) candidates.push({ id, bound, key });
+      }
+      return candidates.sort(byKeyThenId);
+    }
+    const episodes = scopeInKeyOrder(scope);
+    const keys = sortedScopeKeys(scope);
+    for (let i = 0; i < episodes.length; i++) {
+      const ids = this.#byRollout.get((episodes[i] as EpisodeId).rollout_id);
+      if (ids === undefined) continue;
+      const key = keys[i] as string;
+      const first = candidates.length;
+      for (const id of ids) {
+        const bound = this.#sessions.get(id);
+        if (bound !== undefined && exported(id, bound, key)) candidates.push({ id, bound, key });
+      }
+      // Several sessions of one attempt (rare): ordered among themselves by session ID.
+      if (candidates.length - first > 1) {
+        const group = candidates.splice(first).sort(byKeyThenId);
+        for (const c of group) candidates.push(c);
+      }
+    }
+    return candidates;
   }
 
   override async install(
@@ -717,18 +745,7 @@ interface ExportCandidate {
   readonly key: string;
 }
 
-/**
- * Puts the candidates in capture-key order (ties by session ID), in place, checking first:
- * records in key order let the commit reply and, after a crash, the restore reply list their
- * episodes in one pass rather than sorting 8,000 keys in a process still cold.
- */
-function inKeyOrder(candidates: ExportCandidate[]): void {
-  const before = (a: ExportCandidate, b: ExportCandidate): number =>
-    compareStrings(a.key, b.key) || compareStrings(a.id, b.id);
-  for (let i = 1; i < candidates.length; i++) {
-    if (before(candidates[i - 1] as ExportCandidate, candidates[i] as ExportCandidate) > 0) {
-      candidates.sort(before);
-      return;
-    }
-  }
+/** Capture-key order, then session ID: the order of a resources server's records. */
+function byKeyThenId(a: ExportCandidate, b: ExportCandidate): number {
+  return compareStrings(a.key, b.key) || compareStrings(a.id, b.id);
 }

@@ -255,7 +255,15 @@ describe("ResourcesParticipant modes", () => {
 
   it("exported: records follow capture-key order, sessions of one attempt by session ID", async () => {
     const c = counterHooks();
-    const p = make({ mode: "exported", hooks: c.hooks });
+    const asked: string[][] = [];
+    const hooks = {
+      ...c.hooks,
+      exportSessionStates: (input: { sessionIds: readonly string[] }) => {
+        asked.push([...input.sessionIds]);
+        return c.hooks.exportSessionStates(input);
+      },
+    };
+    const p = make({ mode: "exported", hooks });
     // Opened out of key order: "z" first, then a later attempt before an earlier rollout.
     const opened: [string, EpisodeId][] = [
       ["s-z", episodeId("z")],
@@ -269,14 +277,19 @@ describe("ResourcesParticipant modes", () => {
       c.counts.set(sid, 1);
     }
     p.closeAdmission(prepare);
-    const exported = await p.export(null, signal());
-    expect(exported.map((r) => r.session_id)).toEqual([
-      "s-a",
-      "s-b-first",
-      "s-b-second",
-      "s-b2",
-      "s-z",
-    ]);
+    const inOrder = ["s-a", "s-b-first", "s-b-second", "s-b2", "s-z"];
+    expect((await p.export(null, signal())).map((r) => r.session_id)).toEqual(inOrder);
+    // A scope in any order, with a repeat and an episode held nowhere, walks to the same order.
+    const scope = [
+      episodeId("z"),
+      episodeId("b"),
+      episodeId("q"),
+      episodeId("b", 2),
+      episodeId("z"),
+    ];
+    const scoped = await p.export(scope, signal());
+    expect(scoped.map((r) => r.session_id)).toEqual(["s-b-first", "s-b-second", "s-b2", "s-z"]);
+    expect(asked).toEqual([inOrder, ["s-b-first", "s-b-second", "s-b2", "s-z"]]);
   });
 
   it("holding no session, exports without looking at a single scope entry", async () => {
