@@ -210,12 +210,13 @@ export function sortedCaptureKeys(episodes: Iterable<EpisodeId>): string[] {
 /**
  * `episodes` in capture-key order, each attempt once, given their capture keys (aligned):
  * `episodes` itself when the keys are already strictly ascending (one pass), else a sorted copy.
+ * `sorted` is `sortedUniqueKeys(keys)` when the caller has it already (not sorted again).
  */
 export function episodesInKeyOrder(
   episodes: readonly EpisodeId[],
   keys: readonly string[],
+  sorted: readonly string[] = sortedUniqueKeys(keys),
 ): readonly EpisodeId[] {
-  const sorted = sortedUniqueKeys(keys);
   if (sorted === keys) return episodes;
   const byKey = new Map<string, EpisodeId>();
   for (let i = 0; i < keys.length; i++) byKey.set(keys[i] as string, episodes[i] as EpisodeId);

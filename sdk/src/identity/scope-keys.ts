@@ -1,7 +1,8 @@
 /**
  * The capture keys of a scope (the parsed `episode_ids` of a commit or restore), computed once
  * per parsed list and shared by every reader of the same request: the control plane's scope
- * digest and replies, the participant's export filter, the coordinator's message to its workers.
+ * digest and replies, the participant's export (a filter, or a walk in key order), the
+ * coordinator's message to its workers.
  *
  * Why: with 8,000 episodes in flight, each server keyed and sorted the same scope several times
  * per request, mostly in code still cold, even when nothing of it was held there.
@@ -82,7 +83,7 @@ export function sortedScopeKeys(scope: readonly EpisodeId[]): readonly string[] 
  */
 export function scopeInKeyOrder(scope: readonly EpisodeId[]): readonly EpisodeId[] {
   const known = keysOf(scope);
-  known.ordered ??= episodesInKeyOrder(scope, known.keys);
+  known.ordered ??= episodesInKeyOrder(scope, known.keys, sortedScopeKeys(scope));
   return known.ordered;
 }
 

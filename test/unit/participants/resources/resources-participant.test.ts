@@ -290,6 +290,29 @@ describe("ResourcesParticipant modes", () => {
     const scoped = await p.export(scope, signal());
     expect(scoped.map((r) => r.session_id)).toEqual(["s-b-first", "s-b-second", "s-b2", "s-z"]);
     expect(asked).toEqual([inOrder, ["s-b-first", "s-b-second", "s-b2", "s-z"]]);
+    // A held rollout whose held attempt is not in scope; a scope already in key order.
+    const onlyB = await p.export([episodeId("b")], signal());
+    expect(onlyB.map((r) => r.session_id)).toEqual(["s-b-first", "s-b-second"]);
+    const sorted = [episodeId("a"), episodeId("b"), episodeId("b", 2)];
+    const ascending = await p.export(sorted, signal());
+    expect(ascending.map((r) => r.session_id)).toEqual(["s-a", "s-b-first", "s-b-second", "s-b2"]);
+  });
+
+  it("exported: a scoped export leaves out fenced sessions and restarts carried from a stage", async () => {
+    const c = counterHooks();
+    const p = make({ mode: "exported", hooks: c.hooks });
+    for (const [sid, e] of [
+      ["s-a", episodeId("a")],
+      ["s-b", episodeId("b")],
+      ["s-z", episodeId("z")],
+    ] as const) {
+      await seed(p, sid, e);
+      c.counts.set(sid, 1);
+    }
+    p.markRetired([episodeId("b")]);
+    p.closeAdmission({ ...prepare, restarts: ["z"] });
+    const scope = [episodeId("a"), episodeId("b"), episodeId("z")];
+    expect((await p.export(scope, signal())).map((r) => r.session_id)).toEqual(["s-a"]);
   });
 
   it("holding no session, exports without looking at a single scope entry", async () => {
