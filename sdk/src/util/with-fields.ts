@@ -1,3 +1,5 @@
+import { setOwnKey } from "./own-key.js";
+
 /**
  * `{ ...base, ...extra }` for plain data objects, built by assignment.
  *
@@ -20,16 +22,5 @@ export function withFields<T extends object, E extends object>(
 }
 
 function copyInto(out: Record<string, unknown>, from: Record<string, unknown>): void {
-  for (const key of Object.keys(from)) {
-    if (key === "__proto__") {
-      Object.defineProperty(out, key, {
-        value: from[key],
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    } else {
-      out[key] = from[key];
-    }
-  }
+  for (const key of Object.keys(from)) setOwnKey(out, key, from[key]);
 }

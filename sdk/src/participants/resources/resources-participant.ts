@@ -14,6 +14,7 @@ import {
 import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
+import { setOwnKey } from "../../util/own-key.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
 import { recordSchema } from "../../wire/storage.js";
@@ -570,10 +571,11 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
         schema === null
           ? records.map((record) => record.state)
           : records.map((record) => checkState(schema, record));
-      // Defined, not assigned: a session ID such as `__proto__` stays an own key.
-      const states = Object.fromEntries(
-        records.map((record, i) => [record.session_id, checked[i]] as const),
-      ) as Record<string, JsonValue>;
+      // Own keys, `__proto__` included; a loop rather than an entry pair per session.
+      const states: Record<string, JsonValue> = {};
+      for (let i = 0; i < records.length; i++) {
+        setOwnKey(states, (records[i] as ResourcesRecord).session_id, checked[i]);
+      }
       try {
         await this.#hooks.restoreSessionStates({ states, signal });
       } catch (error) {

@@ -166,13 +166,15 @@ export abstract class SessionStateServer<
   protected override async exportSessionStates(
     input: ExportSessionStatesInput,
   ): Promise<Readonly<Record<string, JsonValue>>> {
-    // A session no longer held is left out: the participant counts it as dropped.
-    return Object.fromEntries(
-      input.sessionIds.flatMap((id) => {
-        const state = this.states.get(id);
-        return state === undefined ? [] : [[id, state] as const];
-      }),
-    );
+    // A session no longer held is left out: the participant counts it as dropped. No
+    // prototype, so a session ID such as `__proto__` is an own key when assigned; a loop, not
+    // an entry pair per session, as a commit exports thousands.
+    const out = Object.create(null) as Record<string, JsonValue>;
+    for (const id of input.sessionIds) {
+      const state = this.states.get(id);
+      if (state !== undefined) out[id] = state;
+    }
+    return out;
   }
 
   protected override async restoreSessionStates(input: RestoreSessionStatesInput): Promise<void> {
