@@ -101,24 +101,21 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
   protected override exportAgentSessions(
     input: ExportAgentSessionsInput,
   ): Promise<Record<string, Record<string, unknown>>> {
-    // Entries, not assignments: a session ID such as `__proto__` stays an own key.
-    const out: [string, Record<string, unknown>][] = [];
+    // No prototype: a session ID such as `__proto__` is an own key when assigned.
+    const out = Object.create(null) as Record<string, Record<string, unknown>>;
     for (const key of input.sessionKeys) {
       const view = this.sessionView(key);
       if (view === undefined || view.request === null || view.state === undefined) {
         return Promise.reject(new Error(`the Simple Agent holds no open session ${key}`));
       }
-      out.push([
-        key,
-        {
-          request: view.request,
-          // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
-          resources_cookies: view.state.resourcesCookies,
-          observations: view.state.observations,
-        },
-      ]);
+      out[key] = {
+        request: view.request,
+        // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
+        resources_cookies: view.state.resourcesCookies,
+        observations: view.state.observations,
+      };
     }
-    return Promise.resolve(Object.fromEntries(out));
+    return Promise.resolve(out);
   }
 
   protected override restoreAgentSessions(input: {

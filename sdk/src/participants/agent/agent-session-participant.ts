@@ -616,12 +616,11 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         `the agent did not export sessions [${missing.join(", ")}]; exportAgentSessions must return an entry for every key`,
       );
     }
-    const legacyBoundaries = this.steps.exported();
     return chosen.map((s) => {
       const boundary =
         s.state === "at_boundary" && s.snapshot !== null ? s.snapshot() : s.continuation;
       const episode = isLegacySessionKey(s.key)
-        ? (legacyBoundaries.get(s.captureKey) ?? this.#legacyRestored.get(s.key) ?? null)
+        ? (this.steps.exportedBoundary(s.captureKey) ?? this.#legacyRestored.get(s.key) ?? null)
         : null;
       // Not walked here: the records writer checks every record once as it encodes it, and a
       // value that is not JSON fails the commit with 422 naming the episode and the path
