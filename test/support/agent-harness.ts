@@ -315,7 +315,7 @@ export class ScriptedAgent extends ScriptedBase {
   }): Promise<Readonly<Record<string, Record<string, JsonValue>>>> {
     this.events.push(`export:${input.sessionKeys.join(",")}`);
     await this.pass("export", input.signal);
-    const out: Record<string, Record<string, JsonValue>> = {};
+    const out = Object.create(null) as Record<string, Record<string, JsonValue>>;
     for (const key of input.sessionKeys) {
       const session = this.sessionView(key);
       if (session === undefined || this.omitFromExport.has(key)) continue;

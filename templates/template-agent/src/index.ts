@@ -97,7 +97,8 @@ export default class PlannerAgent extends AgentServer<Conversation, Config> {
   }: {
     sessionKeys: readonly string[];
   }) {
-    const sessions: Record<string, Record<string, unknown>> = {};
+    // No prototype: a session key such as `__proto__` is an own key when assigned.
+    const sessions = Object.create(null) as Record<string, Record<string, unknown>>;
     for (const key of sessionKeys) {
       const view = this.sessionView(key);
       if (view?.request == null || view.state === undefined) continue; // dropped meanwhile

@@ -27,9 +27,9 @@ async function start(options: TestServerOptions = {}): Promise<TestServer<Planne
 }
 
 /** A whole session: seed, two activations ("hi", then "bye"), close. */
-async function session(agent: TestServer<PlannerAgent>) {
+async function session(agent: TestServer<PlannerAgent>, sessionId = "s1") {
   const seed = {
-    agent_session_id: "s1",
+    agent_session_id: sessionId,
     episode_id: agent.episodeOf("ep1"),
     task_id: { taskset: "demo", task_id: "1" },
   };
@@ -47,7 +47,7 @@ async function session(agent: TestServer<PlannerAgent>) {
   }
   const closed = await agent.request(
     "/v1/agent_sessions/close",
-    { agent_session_id: "s1", episode_id: agent.episodeOf("ep1") },
+    { agent_session_id: sessionId, episode_id: agent.episodeOf("ep1") },
     ep1,
   );
   expect(closed.status).toBe(200);
@@ -79,6 +79,13 @@ describe("PlannerAgent", () => {
     const agent = await start({ checkpointEvery: "boundary" });
     expect(await session(agent)).toEqual(EXPECTED);
     // Each activation was restored at its two boundaries and after it ended, the seed once.
+    expect(agent.attemptOf("ep1")).toBe(7);
+  });
+
+  it("exports and restores a session whose ID is __proto__ like any other", async () => {
+    // Session IDs are the caller's: one named like a prototype member is still an own key.
+    const agent = await start({ checkpointEvery: "boundary" });
+    expect(await session(agent, "__proto__")).toEqual(EXPECTED);
     expect(agent.attemptOf("ep1")).toBe(7);
   });
 
