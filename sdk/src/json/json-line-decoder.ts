@@ -16,7 +16,8 @@
  *
  * @module
  */
-import { decodeJson, decodeJsonWithin, setMember, type JsonValue } from "./json-value.js";
+import { setOwnKey } from "../util/own-key.js";
+import { decodeJson, decodeJsonWithin, type JsonValue } from "./json-value.js";
 
 /** Lines up to this size are decoded whole (the regular heap takes them cheaply). */
 const PIECE_BYTES = 64 * 1024;
@@ -138,7 +139,7 @@ class LineWalker {
       this.#pos++;
       this.#skipWs();
       const value = this.#value(depth);
-      setMember(out, key, value);
+      setOwnKey(out, key, value);
       if (this.#separator(CLOSE_BRACE)) return out;
     }
   }

@@ -13,6 +13,7 @@
  * @module
  */
 import { z } from "zod";
+import { setOwnKey } from "../util/own-key.js";
 import { trustTree, trustedTree } from "./trusted-trees.js";
 
 /**
@@ -421,7 +422,7 @@ function copyContainer(obj: object, depth: number, st: CopyState): JsonValue {
     try {
       for (const n = keys.length; i < n; i++) {
         const key = keys[i] as string;
-        setMember(out, key, copyValue((obj as Record<string, unknown>)[key], depth, st));
+        setOwnKey(out, key, copyValue((obj as Record<string, unknown>)[key], depth, st));
       }
     } catch (e) {
       if (e instanceof Refusal) e.trail.push(keys[i] as string);
@@ -991,7 +992,7 @@ class Parser {
       this.pos++;
       this.skipWs();
       const value = this.value(depth);
-      setMember(out, key, value);
+      setOwnKey(out, key, value);
       this.skipWs();
       const c = this.text.charCodeAt(this.pos);
       if (c === 0x2c) {
@@ -1004,25 +1005,6 @@ class Parser {
         this.fail("expected ',' or '}' in object");
       }
     }
-  }
-}
-
-/**
- * Sets a decoded object's member as JSON.parse does: `"__proto__"` too becomes an own data
- * property (plain assignment would replace the prototype).
- *
- * @internal
- */
-export function setMember(out: { [key: string]: JsonValue }, key: string, value: JsonValue): void {
-  if (key === "__proto__") {
-    Object.defineProperty(out, key, {
-      value,
-      writable: true,
-      enumerable: true,
-      configurable: true,
-    });
-  } else {
-    out[key] = value;
   }
 }
 
