@@ -399,16 +399,14 @@ async function crashInCommit(s: Sequence): Promise<void> {
     if (code < 400 || code >= 500) s.fail(`${name} refused the restore with ${code} ${error}`);
   }
   s.step = "nothing installed by the refused restore";
-  // Refused everywhere: nothing was installed and the replacements were spared, so they start
-  // from scratch (a restored count would double the increments). Refused by some: the rollback
-  // retired the replacements everywhere, and the rollouts start over as the attempt after.
-  const everywhere = Object.keys(failures).length === s.world.participants.members.length;
+  // Refused by every participant or by some, the rollback retired the replacements everywhere
+  // (with the crashed attempts below them), and the rollouts start over as the attempt after.
   for (const episode of taken.episodes) await s.staleRefused(episode);
-  if (!everywhere) for (const episode of taken.episodes) await s.staleRefused(nextAttempt(episode));
+  for (const episode of taken.episodes) await s.staleRefused(nextAttempt(episode));
   s.step = "start over after a refused restore";
   for (const [i, r] of s.rollouts.entries()) {
     const replacement = nextAttempt(taken.episodes[i] as EpisodeId).attempt;
-    s.start(everywhere ? replacement : replacement + 1, [r]);
+    s.start(replacement + 1, [r]);
   }
   await s.settle();
 }

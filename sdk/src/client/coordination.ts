@@ -435,10 +435,10 @@ export interface RestoreOptions {
 /**
  * Restores on every participant at once, all or nothing: on failure the replacement attempts
  * are retired everywhere and everyone is resumed (both only logged when they fail), then the
- * restore's own error is raised. When every participant refused (a 4xx other than
- * `deadline_exceeded`: nothing was installed anywhere), the replacements may be live (a retried
- * command) and are spared: only the checkpointed attempts are retired, so no request of a
- * crashed attempt that outlived the crash is ever accepted beside a later one.
+ * restore's own error is raised. This holds however the restore failed, even when every
+ * participant refused it: the replacements can then never run in these processes (a later
+ * restore of them there is refused with `stale_attempt` until their rollouts are forgotten),
+ * and a request of a crashed attempt that outlived the crash is refused as well.
  */
 export async function restore(
   participants: Participants,
@@ -476,13 +476,11 @@ async function restoreAllOrNothing(
   } catch (error) {
     const log = participants.logger ?? pino({ level: "silent" });
     const cleanupDeadline = Math.max(options.deadlineTs, Date.now() / 1000 + 30);
-    // Every stage is asked even when an earlier one fails: the attempts must stop everywhere.
-    // When every participant refused before installing anything, the replacements may be live
-    // from an earlier restore (a retried command): retiring them would destroy them for nothing,
-    // so only the checkpointed (crashed) attempts are fenced, which a fresh process has not yet.
-    const fenced = refusedEverywhere(error, participants.members)
-      ? [...options.episodeIds]
-      : options.episodeIds.map(nextAttempt);
+    // Every stage is asked even when an earlier one fails, and every participant, whether it
+    // refused or accepted: a failed restore's replacements must not run anywhere (a refusal
+    // does not tell which participants installed nothing), and a fresh process that refused
+    // has not fenced the crashed attempts yet.
+    const fenced = options.episodeIds.map(nextAttempt);
     const bytes = encode({
       checkpoint_id: options.checkpointId,
       deadline_ts: cleanupDeadline,
@@ -504,22 +502,6 @@ async function restoreAllOrNothing(
     }
     throw error;
   }
-}
-
-/**
- * Whether a failed restore installed nothing anywhere: every member answered with a refusal
- * (a 4xx reply), none of them `deadline_exceeded` (whose install may still be running). A
- * participant that refuses a restore changes nothing but the retired marks of the checkpointed
- * attempts, and its install is all or nothing.
- */
-function refusedEverywhere(error: unknown, members: readonly Member[]): boolean {
-  if (!(error instanceof CoordinationError)) return false;
-  return members.every((member) => {
-    const match = /^HTTP (\d+) (\S+)/.exec(error.failures[member.name] ?? "");
-    if (match === null) return false;
-    const status = Number(match[1]);
-    return status >= 400 && status < 500 && match[2] !== "deadline_exceeded";
-  });
 }
 
 /**

@@ -454,7 +454,7 @@ describe("restore", () => {
     for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
   });
 
-  it("spares the replacements when every participant refused: a retried restore destroys nothing", async () => {
+  it("retires the replacements even when every participant refused (a retried restore)", async () => {
     await checkpointR1();
 
     const fresh = await deploy(FULL);
@@ -466,19 +466,18 @@ describe("restore", () => {
     };
     await restore(fresh.participants, options);
     await resume(fresh.participants, "c1", deadline());
-    // The same command again: c1 was resumed, so every participant refuses it at once.
+    // The same command again: c1 was resumed, so every participant refuses it at once. The
+    // rollback does not tell refusals apart: the replacement r1-a1 is retired everywhere.
     calls.length = 0;
     const error = (await restore(fresh.participants, options).catch(
       (e: unknown) => e,
     )) as CoordinationError;
     expect(error).toBeInstanceOf(CoordinationError);
     expect(new Set(Object.values(error.codes()))).toEqual(new Set(["stale_checkpoint"]));
-    // Only the checkpointed attempt is fenced again; the live replacement r1-a1 is untouched.
-    const retires = calls.filter((call) => call.includes(":retire:"));
-    expect(retires.some((call) => call.endsWith(":retire:r1-a1"))).toBe(false);
+    for (const name of Object.keys(FULL)) expect(calls).toContain(`${name}:retire:r1-a1`);
   });
 
-  it("keeps the crashed attempts fenced when every participant refused (a mistyped directory)", async () => {
+  it("fences the crashed attempts and their replacements when every participant refused (a mistyped directory)", async () => {
     await checkpointR1();
 
     const fresh = await deploy(FULL);
@@ -491,12 +490,14 @@ describe("restore", () => {
     }).catch((e: unknown) => e)) as CoordinationError;
     expect(error).toBeInstanceOf(CoordinationError);
     expect(Object.keys(error.failures).sort()).toEqual(Object.keys(FULL).sort());
-    // The fresh processes never saw attempt 0; without this retire they would accept a request
-    // of it that outlived the crash. The replacement r1-a1 is not retired.
-    for (const name of Object.keys(FULL)) expect(calls).toContain(`${name}:retire:r1`);
-    expect(calls.some((call) => call.endsWith(":retire:r1-a1"))).toBe(false);
+    // Retiring r1-a1 marks the rollout retired through attempt 1: attempt 0, which the fresh
+    // processes never saw, is refused too.
+    for (const name of Object.keys(FULL)) expect(calls).toContain(`${name}:retire:r1-a1`);
     const statuses = await status(fresh.participants);
-    for (const s of Object.values(statuses)) expect(s.phase).toBe("idle");
+    for (const s of Object.values(statuses)) {
+      expect(s.phase).toBe("idle");
+      expect(s.retired_rollouts).toBe(1);
+    }
   });
 
   it("still retires the replacements on later stages when an earlier stage's retire fails", async () => {

@@ -174,10 +174,10 @@ describe("collector under faults", () => {
     stub.restoreRefused = true;
     const summary = await collect(options({ resume: true }));
     expect(summary).toMatchObject({ status: "complete", restored: 0, fenced: 2, finished: 2 });
-    // The restore's own rollback retired the checkpointed attempts (every participant refused,
-    // so the replacements may be live elsewhere and are spared); the collector then fences the
-    // replacements before sending the rows fresh.
-    expect(episodes("retire").map((e) => e.attempt)).toEqual([0, 0, 1, 1]);
+    // The restore's own rollback retired the replacements everywhere (every participant
+    // refused, which changes nothing); the collector then fences them itself before sending the
+    // rows fresh.
+    expect(episodes("retire").map((e) => e.attempt)).toEqual([1, 1, 1, 1]);
     expect(stub.runs.map((run) => run.attempt)).toEqual([2, 2]);
     expect(rows().map((row) => row.attempt)).toEqual([2, 2]);
   });

@@ -42,7 +42,8 @@ function invalidStateHint(operation: string, details: readonly string[], gym: st
   if (operation === "commit") {
     return "the checkpoint could not be written (see DETAIL): fix what it names (permissions, disk space, a record that is not JSON), then take the checkpoint again into a fresh --dir";
   }
-  return `the checkpoint directory cannot be restored from (see DETAIL): check it with \`${gym} ckpt inspect DIR\`, or restore another checkpoint`;
+  // The failed restore retired its replacements everywhere: the same processes refuse them now.
+  return `the checkpoint directory cannot be restored from (see DETAIL): check it with \`${gym} ckpt inspect DIR\`, then restore it or another checkpoint into freshly started servers (this restore retired its replacement attempts here)`;
 }
 
 /** Where a refusal happened: the run, when its state file was read. */
