@@ -13,6 +13,13 @@ export const DEFAULT_HEALTH_TIMEOUT_MS = 30_000;
 export const DEFAULT_GRACE_MS = 15_000;
 /** Log lines shown for a server that failed to start. */
 export const FAILED_LOG_LINES = 20;
+/**
+ * The `--state` help of every command that acts on a running deployment: where the run is
+ * looked for without it (see `stateFilesNear` in `state-io.ts`).
+ */
+export const STATE_OPTION_HELP =
+  "the run's state file (default: .gym/run.json here, else in the one directory just below " +
+  "that has one, else the nearest above)";
 
 /** The SDK's version, from its package.json. */
 export function sdkVersion(): string {

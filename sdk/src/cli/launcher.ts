@@ -24,14 +24,14 @@ import { CliError, UsageError, commandOf, shownPath, type Io } from "./output.js
 import { chooseFreePorts, takenPorts, takenPortsError } from "./ports.js";
 import { isProcessAlive, pollUntil, stopGroups, type GroupStop } from "./processes.js";
 import { deadServerLines, deadServers } from "./dead-servers.js";
-import { noteFoundAbove } from "./open-run.js";
+import { noteFoundElsewhere } from "./open-run.js";
 import {
   chooseStateFile,
   missingState,
   readState,
   removeFromState,
   runStateFile,
-  searchesUpward,
+  searchesNearby,
   statePaths,
   writeFileAtomic,
   type RunState,
@@ -340,18 +340,18 @@ export interface StopOptions {
  */
 export async function stop(options: StopOptions, io: Io): Promise<number> {
   const stateFile = runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
-  const upward = searchesUpward(options);
+  const searched = searchesNearby(options);
   const state = readState(stateFile);
   if (state === null) {
     if (options.json === true) {
       io.out(JSON.stringify({ state_file: stateFile, servers: {} }, null, 2));
     }
     io.err(
-      `gym: no running deployment: ${missingState(shownPath(io, stateFile), upward ? io.cwd : undefined)}; nothing to stop`,
+      `gym: no running deployment: ${missingState(shownPath(io, stateFile), searched ? io.cwd : undefined)}; nothing to stop`,
     );
     return 0;
   }
-  if (upward) noteFoundAbove(stateFile, io);
+  if (searched) noteFoundElsewhere(stateFile, io);
   const names = Object.keys(state.servers);
   const targets = options.only === undefined ? names : [...new Set(options.only)];
   for (const name of targets) {

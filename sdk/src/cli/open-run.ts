@@ -7,7 +7,7 @@
 import path from "node:path";
 import { deadServerLines, deadServers, restartHint } from "./dead-servers.js";
 import { commandOf, shownPath, type Io } from "./output.js";
-import { requireState, runStateFile, searchesUpward } from "./state-file.js";
+import { requireState, runStateFile, searchesNearby } from "./state-file.js";
 import { STATE_DIR_NAME } from "./state-io.js";
 import type { RunState, StateServer } from "./state-schema.js";
 
@@ -23,9 +23,10 @@ export interface OpenedRun {
 }
 
 /**
- * Finds and reads the run's state file ({@link runStateFile}); a missing one is a `CliError`.
- * Says which state file is used when it was found above the working directory
- * ({@link noteFoundAbove}), and names each server whose process is gone with its pid and log.
+ * Finds and reads the run's state file ({@link runStateFile}); a missing one is a `CliError`
+ * listing where it was looked for, and two runs just below the working directory a `UsageError`
+ * naming both. Says which state file is used when it is not the working directory's own
+ * ({@link noteFoundElsewhere}), and names each server whose process is gone with its pid and log.
  */
 export function openRun(
   options: { readonly state?: string | undefined; readonly deployment?: string | undefined },
@@ -33,9 +34,9 @@ export function openRun(
 ): OpenedRun {
   const gym = commandOf(io);
   const stateFile = runStateFile({ ...options, cwd: io.cwd, command: gym });
-  const upward = searchesUpward(options);
-  const state = requireState(stateFile, gym, upward ? io.cwd : undefined);
-  if (upward) noteFoundAbove(stateFile, io);
+  const searched = searchesNearby(options);
+  const state = requireState(stateFile, gym, searched ? io.cwd : undefined);
+  if (searched) noteFoundElsewhere(stateFile, io);
   const dead = deadServers(state);
   for (const line of deadServerLines(dead, io)) io.err(line);
   return {
@@ -47,11 +48,11 @@ export function openRun(
 }
 
 /**
- * Says on stderr which state file a command uses when the upward search found it above the
- * working directory: the command then acts on a run started elsewhere, which should not be a
- * surprise.
+ * Says on stderr which state file a command uses when the search found it below or above the
+ * working directory rather than in it: the command then acts on a run whose files live
+ * elsewhere, which should not be a surprise.
  */
-export function noteFoundAbove(stateFile: string, io: Io): void {
+export function noteFoundElsewhere(stateFile: string, io: Io): void {
   if (path.dirname(stateFile) !== path.join(path.resolve(io.cwd), STATE_DIR_NAME)) {
     io.err(`gym: using the run in ${shownPath(io, stateFile)}`);
   }

@@ -8,7 +8,13 @@
 import { Command, CommanderError } from "commander";
 import { duration, positiveDuration, runner, type Handlers } from "./actions.js";
 import { registerCkpt } from "./ckpt/index.js";
-import { DEFAULT_GRACE_MS, DEFAULT_HEALTH_TIMEOUT_MS, sdkVersion, splitList } from "./defaults.js";
+import {
+  DEFAULT_GRACE_MS,
+  DEFAULT_HEALTH_TIMEOUT_MS,
+  STATE_OPTION_HELP,
+  sdkVersion,
+  splitList,
+} from "./defaults.js";
 import { commandsOverview } from "./help.js";
 import {
   CliError,
@@ -111,10 +117,7 @@ function buildProgram(handlers: Handlers): Command {
       "stop the servers of a run: SIGTERM each process group, SIGKILL after --grace; nothing running is not an error",
     )
     .argument("[deployment]", "the deployment file the run was started from (as --deployment)")
-    .option(
-      "--state <file>",
-      "the run's state file (default: the nearest .gym/run.json here or above)",
-    )
+    .option("--state <file>", STATE_OPTION_HELP)
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--kill", "SIGKILL every process group at once (simulates a crash)")
     .option("--only <names>", "stop only these servers (NAME[,NAME])")
@@ -163,10 +166,7 @@ function buildProgram(handlers: Handlers): Command {
     .description(
       "a live view of a running deployment: per server readiness, phase, admission, in flight, blockers, request rate, commits",
     )
-    .option(
-      "--state <file>",
-      "the run's state file (default: the nearest .gym/run.json here or above)",
-    )
+    .option("--state <file>", STATE_OPTION_HELP)
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--interval <duration>", "time between refreshes", "1s")
     .option("--once", "print one snapshot and exit")
@@ -199,10 +199,7 @@ function buildProgram(handlers: Handlers): Command {
     )
     .argument("<tasks>", "the JSON Lines file of tasks (one object per line)")
     .option("--output <file>", "where rows go (default: rollouts.jsonl in --checkpoint-dir)")
-    .option(
-      "--state <file>",
-      "the run's state file (default: the nearest .gym/run.json here or above)",
-    )
+    .option("--state <file>", STATE_OPTION_HELP)
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--concurrency <n>", "rows in flight at once", "16")
     .option("--repeats <k>", "rollouts per task, each with its own rollout ID", "1")

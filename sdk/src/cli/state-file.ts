@@ -1,13 +1,13 @@
 /**
  * The run's state file (`.gym/run.json` next to the deployment by default): what `gym serve`
- * started, so `gym stop` and `gym ckpt` can find it. Everything a run writes lives in the state
+ * started, so `gym stop`, `gym ckpt`, `gym top` and `gym collect` can find it. Everything a run writes lives in the state
  * file's directory: the resolved deployment, `logs/<name>.log`, the last prepare.
  *
  * @see docs/deployment.md
  */
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
-import { CliError, UsageError } from "./output.js";
+import { CliError, UsageError, shownPath } from "./output.js";
 import {
   LastPrepareSchema,
   RunStateSchema,
@@ -18,7 +18,7 @@ import {
   STATE_DIR_NAME,
   STATE_FILE_NAME,
   chooseStateFile,
-  findStateFile,
+  stateFilesNear,
   writeFileAtomic,
   writeStateFile,
 } from "./state-io.js";
@@ -31,6 +31,7 @@ export {
   chooseStateFile,
   findStateFile,
   removeFromState,
+  stateFilesNear,
   statePaths,
   writeFileAtomic,
 } from "./state-io.js";
@@ -63,32 +64,42 @@ export function readState(stateFile: string): RunState | null {
   return parsed.data;
 }
 
-/** Where no state file was found, for a message: the file, or where the search went. */
+/**
+ * Where no state file was found, for a message: the file, or, when the lookup searched from
+ * `searchedFrom` ({@link stateFilesNear}), every place it looked.
+ */
 export function missingState(stateFile: string, searchedFrom?: string): string {
-  return searchedFrom === undefined
-    ? `there is no state file at ${stateFile}`
-    : `there is no ${STATE_DIR_NAME}/${STATE_FILE_NAME} in ${searchedFrom} or any directory above it`;
+  if (searchedFrom === undefined) return `there is no state file at ${stateFile}`;
+  const below = path.join(searchedFrom, "*", STATE_DIR_NAME, STATE_FILE_NAME);
+  return (
+    `there is no ${STATE_DIR_NAME}/${STATE_FILE_NAME} in ${searchedFrom}, in a directory just ` +
+    `below it (${below}) or in any directory above it`
+  );
 }
+
+/** How to point a command at a run explicitly, for advice. */
+const POINT_AT_A_RUN =
+  "point at its state with --state FILE (the .gym/run.json next to the deployment file it was " +
+  "started from) or at that file with --deployment FILE, or run the command from that directory";
 
 /**
  * Reads the state file; a missing one is a {@link CliError} saying how to start a run, with
  * `gym` as the command prefix (`npx gym`, …: see `invocation.ts`). `searchedFrom` is the
- * directory the lookup started at when it searched upward ({@link runStateFile}).
+ * directory the lookup started at when it searched ({@link runStateFile}).
  */
 export function requireState(stateFile: string, gym: string, searchedFrom?: string): RunState {
   const state = readState(stateFile);
   if (state === null) {
     throw new CliError(
       `no running deployment: ${missingState(stateFile, searchedFrom)}`,
-      `start one with \`${gym} serve <deployment.yaml>\`, or point at its state with --state FILE ` +
-        "or --deployment FILE",
+      `start one with \`${gym} serve <deployment.yaml>\`; for a run started elsewhere, ${POINT_AT_A_RUN}`,
     );
   }
   return state;
 }
 
-/** Whether {@link runStateFile} searches upward for these options: neither flag was given. */
-export function searchesUpward(options: {
+/** Whether {@link runStateFile} searches for the run for these options: neither flag was given. */
+export function searchesNearby(options: {
   state?: string | undefined;
   deployment?: string | undefined;
 }): boolean {
@@ -99,10 +110,12 @@ export function searchesUpward(options: {
  * The state file of a run that `gym stop`, `gym ckpt`, `gym top` and `gym collect` act on:
  * `--state` when given; else `.gym/run.json` next to `--deployment`, after checking that file
  * exists (a mistyped deployment path is named as such, not reported as a missing run); else the
- * nearest `.gym/run.json` in the working directory or a directory above it
- * ({@link findStateFile}), so these commands work from anywhere inside the run's directory; else
- * `.gym/run.json` in the working directory, which does not exist. `command` is the prefix of the
- * command its advice names.
+ * one {@link stateFilesNear} finds from the working directory (its own `.gym/run.json`, else one
+ * in a directory just below it, else the nearest above it), so these commands work from the
+ * directory `gym serve` ran in and from anywhere inside the run's directory; else
+ * `.gym/run.json` in the working directory, which does not exist. Two runs just below the
+ * working directory are a {@link UsageError} naming both: the command will not guess. `command`
+ * is the prefix of the command its advice names.
  */
 export function runStateFile(options: {
   state?: string | undefined;
@@ -126,8 +139,17 @@ export function runStateFile(options: {
       );
     }
   }
-  if (searchesUpward(options)) return findStateFile(options.cwd) ?? chooseStateFile(options);
-  return chooseStateFile(options);
+  if (!searchesNearby(options)) return chooseStateFile(options);
+  const found = stateFilesNear(options.cwd);
+  if (found.length > 1) {
+    const shown = found.map((file) => shownPath(options, file));
+    throw new UsageError(
+      `${found.length} runs in the directories just below ${path.resolve(options.cwd)}: ${shown.join(", ")}`,
+      `say which with --state FILE (e.g. --state ${shown[0] ?? ""}) or with --deployment FILE ` +
+        "(the deployment file that run was started from), or run the command from that run's directory",
+    );
+  }
+  return found[0] ?? chooseStateFile(options);
 }
 
 /** Writes the state file. */

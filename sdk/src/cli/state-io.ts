@@ -8,6 +8,7 @@ import {
   chmodSync,
   mkdirSync,
   readFileSync,
+  readdirSync,
   renameSync,
   rmSync,
   statSync,
@@ -69,21 +70,65 @@ export function chooseStateFile(options: {
   return path.join(base, STATE_DIR_NAME, STATE_FILE_NAME);
 }
 
+/** Directories below the working directory that never hold a run: skipped by {@link stateFilesNear}. */
+const NOT_SEARCHED = new Set(["node_modules"]);
+
+function isStateFile(file: string): boolean {
+  try {
+    return statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
 /**
- * The nearest state file at or above `dir`: `.gym/run.json` in `dir`, else in its parent, and so
- * on up to the filesystem root, the way git finds `.git`; null when there is none. A command run
- * anywhere inside the directory `gym serve` ran from finds that run.
+ * The state files a command run in `dir` without `--state` or `--deployment` could mean, from
+ * the first of these places that holds any:
+ *
+ * 1. `dir/.gym/run.json`: the run started from here;
+ * 2. `dir/<sub>/.gym/run.json` for each directory just below `dir` (hidden directories and
+ *    `node_modules` skipped): a run started from here as `gym serve <sub>/deployment.yaml`;
+ * 3. the nearest `.gym/run.json` above `dir`, up to the filesystem root, the way git finds `.git`:
+ *    a command run anywhere inside the run's directory finds that run.
+ *
+ * Empty when there is none; more than one only from place 2, which is ambiguous (sorted).
+ */
+export function stateFilesNear(dir: string): string[] {
+  const start = path.resolve(dir);
+  const own = path.join(start, STATE_DIR_NAME, STATE_FILE_NAME);
+  if (isStateFile(own)) return [own];
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(start, { withFileTypes: true })
+      .filter(
+        (entry) =>
+          (entry.isDirectory() || entry.isSymbolicLink()) &&
+          !entry.name.startsWith(".") &&
+          !NOT_SEARCHED.has(entry.name),
+      )
+      .map((entry) => entry.name)
+      .sort();
+  } catch {
+    // an unreadable directory has nothing below it to find
+  }
+  const below = entries
+    .map((name) => path.join(start, name, STATE_DIR_NAME, STATE_FILE_NAME))
+    .filter(isStateFile);
+  if (below.length > 0) return below;
+  for (let current = path.dirname(start); ; current = path.dirname(current)) {
+    const candidate = path.join(current, STATE_DIR_NAME, STATE_FILE_NAME);
+    if (isStateFile(candidate)) return [candidate];
+    if (path.dirname(current) === current) return [];
+  }
+}
+
+/**
+ * The state file a command run in `dir` without `--state` or `--deployment` uses
+ * ({@link stateFilesNear}), or null when there is none or more than one.
  */
 export function findStateFile(dir: string): string | null {
-  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
-    const candidate = path.join(current, STATE_DIR_NAME, STATE_FILE_NAME);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // not here: look one level up
-    }
-    if (path.dirname(current) === current) return null;
-  }
+  const found = stateFilesNear(dir);
+  return found.length === 1 ? (found[0] as string) : null;
 }
 
 /** Writes a file atomically (temporary file, then rename), readable by its owner only. */

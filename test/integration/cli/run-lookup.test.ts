@@ -1,7 +1,8 @@
 /**
  * How the commands that act on a running deployment find it and report on it: the state file is
- * looked for in the working directory and then each directory above it (as git finds `.git`),
- * and a server whose process is gone is named with its pid. The servers run in this process; the
+ * looked for in the working directory, then in each directory just below it (where
+ * `gym serve sub/deployment.yaml` run from here puts it), then in each directory above it (as
+ * git finds `.git`), and a server whose process is gone is named with its pid. The servers run in this process; the
  * state file names them with this process's pid, or with a pid that cannot exist for a dead one.
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -32,8 +33,10 @@ afterAll(() => rmSync(temp, { recursive: true, force: true }));
  * A run whose state file is `<root>/.gym/run.json` (where `gym serve <root>/deployment.yaml`
  * writes it); `dead` servers are not started and carry a pid no process has.
  */
-async function deploy(dead: readonly string[] = []): Promise<{ root: string; stateFile: string }> {
-  const root = path.join(temp, `run-${++runs}`);
+async function deploy(
+  dead: readonly string[] = [],
+  root = path.join(temp, `run-${++runs}`),
+): Promise<{ root: string; stateFile: string }> {
   const ports = await chooseFreePorts([
     { name: "counter", host: "127.0.0.1" },
     { name: "echo", host: "127.0.0.1" },
@@ -120,19 +123,54 @@ describe("the state file is found in the working directory or a directory above 
 
   // Only meaningful where no directory above the temporary one holds a run of its own.
   it.skipIf(findStateFile(temp) !== null)(
-    "says where it looked when no directory up to the root holds a run",
+    "says where it looked when no directory here, just below or up to the root holds a run",
     async () => {
       const dir = subdirectory(path.join(temp, "empty"));
       const status = await gymIn(dir, "ckpt", "status");
       expect(status.code).toBe(1);
       expect(status.err).toContain(
-        `no running deployment: there is no .gym/run.json in ${dir} or any directory above it`,
+        `no running deployment: there is no .gym/run.json in ${dir}, in a directory just below ` +
+          `it (${path.join(dir, "*", ".gym", "run.json")}) or in any directory above it`,
       );
+      expect(status.err).toMatch(/what to do: .*--state FILE .*--deployment FILE/);
       const stopped = await gymIn(dir, "stop");
       expect(stopped.code).toBe(0);
-      expect(stopped.err).toMatch(/or any directory above it; nothing to stop/);
+      expect(stopped.err).toMatch(/or in any directory above it; nothing to stop/);
     },
   );
+});
+
+describe("the state file is found in a directory just below the working directory", () => {
+  it("gym ckpt status and gym top run where `gym serve sub/deployment.yaml` ran find the run", async () => {
+    // As in the README: `gym serve reference-servers/deployment.yaml --detach` from the repository.
+    const repository = path.join(temp, `repository-${++runs}`);
+    const { stateFile } = await deploy([], path.join(repository, "reference-servers"));
+    mkdirSync(path.join(repository, "docs"), { recursive: true });
+    const status = await gymIn(repository, "ckpt", "status");
+    expect(status.code, status.err).toBe(0);
+    expect(status.out).toMatch(/^counter\s+resources\s+idle/m);
+    expect(status.err).toContain(`gym: using the run in ${path.relative(repository, stateFile)}`);
+    const top = await gymIn(repository, "top", "--once");
+    expect(top.code, top.err).toBe(0);
+    expect(top.out).toMatch(/^counter\s+resources\s+ready/m);
+  });
+
+  it("refuses two runs just below, naming both and how to pick one", async () => {
+    const repository = path.join(temp, `repository-${++runs}`);
+    await deploy(["counter", "echo"], path.join(repository, "a"));
+    await deploy(["counter", "echo"], path.join(repository, "b"));
+    const runsBelow = `2 runs in the directories just below ${repository}: a/.gym/run.json, b/.gym/run.json`;
+    for (const argv of [["ckpt", "status"], ["top", "--once"], ["stop"]]) {
+      const outcome = await gymIn(repository, ...argv);
+      expect(outcome.code, argv.join(" ")).toBe(2);
+      expect(outcome.err).toContain(`gym: ${runsBelow}`);
+      expect(outcome.err).toContain(
+        "what to do: say which with --state FILE (e.g. --state a/.gym/run.json)",
+      );
+    }
+    const picked = await gymIn(repository, "top", "--once", "--state", "b/.gym/run.json");
+    expect(picked.code, picked.err).toBe(0);
+  });
 });
 
 describe("a server whose process is gone is named with its pid", () => {

@@ -10,7 +10,7 @@ import {
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { CliError } from "#sdk/cli/output.js";
+import { CliError, UsageError } from "#sdk/cli/output.js";
 import {
   chooseStateFile,
   findStateFile,
@@ -94,6 +94,55 @@ describe("choosing the state file", () => {
     );
   });
 
+  it("from a directory with no run of its own, finds the one run in a directory just below it", () => {
+    // `gym serve sub/deployment.yaml` from here writes sub/.gym/run.json.
+    const here = path.join(temp, "below");
+    const sub = path.join(here, "reference-servers");
+    mkdirSync(path.join(here, "docs"), { recursive: true });
+    writeState(path.join(sub, ".gym", "run.json"), runState([entry("counter", 101)]));
+    expect(findStateFile(here)).toBe(path.join(sub, ".gym", "run.json"));
+    expect(runStateFile({ cwd: here, command: "gym" })).toBe(path.join(sub, ".gym", "run.json"));
+    // Hidden directories and node_modules are not searched.
+    writeState(path.join(here, "node_modules", "x", ".gym", "run.json"), runState([]));
+    writeState(path.join(here, ".cache", ".gym", "run.json"), runState([]));
+    expect(runStateFile({ cwd: here, command: "gym" })).toBe(path.join(sub, ".gym", "run.json"));
+    // The working directory's own run wins over one below it.
+    writeState(path.join(here, ".gym", "run.json"), runState([entry("echo", 102)]));
+    expect(runStateFile({ cwd: here, command: "gym" })).toBe(path.join(here, ".gym", "run.json"));
+  });
+
+  it("prefers a run just below the working directory to one above it", () => {
+    const root = path.join(temp, "below-and-above");
+    const here = path.join(root, "work");
+    writeState(path.join(root, ".gym", "run.json"), runState([entry("counter", 101)]));
+    writeState(path.join(here, "sub", ".gym", "run.json"), runState([entry("echo", 102)]));
+    expect(runStateFile({ cwd: here, command: "gym" })).toBe(
+      path.join(here, "sub", ".gym", "run.json"),
+    );
+  });
+
+  it("refuses to guess between two runs just below the working directory, naming both", () => {
+    const here = path.join(temp, "two-below");
+    writeState(path.join(here, "a", ".gym", "run.json"), runState([entry("counter", 101)]));
+    writeState(path.join(here, "b", ".gym", "run.json"), runState([entry("echo", 102)]));
+    expect(findStateFile(here)).toBeNull();
+    try {
+      runStateFile({ cwd: here, command: "gym" });
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(UsageError);
+      expect((error as UsageError).message).toBe(
+        `2 runs in the directories just below ${here}: ` +
+          `${path.join("a", ".gym", "run.json")}, ${path.join("b", ".gym", "run.json")}`,
+      );
+      expect((error as UsageError).hint).toMatch(/--state a\/\.gym\/run\.json/);
+    }
+    // Naming one settles it.
+    expect(runStateFile({ cwd: here, state: "b/.gym/run.json", command: "gym" })).toBe(
+      path.join(here, "b", ".gym", "run.json"),
+    );
+  });
+
   it("keeps every file of a run in the state file's directory", () => {
     expect(statePaths("/w/.gym/run.json")).toEqual({
       stateFile: "/w/.gym/run.json",
@@ -120,6 +169,22 @@ describe("reading and writing", () => {
     expect(readState(file)).toBeNull();
     expect(() => requireState(file, "gym")).toThrow(CliError);
     expect(() => requireState(file, "gym")).toThrow(/no running deployment/);
+  });
+
+  it("after a search that found nothing, says every place it looked and how to name a run", () => {
+    const dir = path.join(temp, "nowhere");
+    try {
+      requireState(path.join(dir, ".gym", "run.json"), "npx gym", dir);
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toBeInstanceOf(CliError);
+      expect((error as CliError).message).toBe(
+        `no running deployment: there is no .gym/run.json in ${dir}, in a directory just below ` +
+          `it (${path.join(dir, "*", ".gym", "run.json")}) or in any directory above it`,
+      );
+      expect((error as CliError).hint).toMatch(/`npx gym serve <deployment.yaml>`/);
+      expect((error as CliError).hint).toMatch(/--state FILE .*--deployment FILE/);
+    }
   });
 
   it("refuses a file that is not a run state, saying what to do", () => {

@@ -13,16 +13,17 @@
  */
 import { Option, type Command } from "commander";
 import { checkpointId, duration, runner, type Handlers } from "../actions.js";
-import { DEFAULT_DEADLINE_MS, splitList } from "../defaults.js";
+import { DEFAULT_DEADLINE_MS, STATE_OPTION_HELP, splitList } from "../defaults.js";
 import { formatDuration } from "../duration.js";
 import { sharedOption } from "../help.js";
 import type { CkptOptions } from "./common.js";
 import type { CommitScope } from "./scope.js";
 
 const CKPT_HELP = `
-Every verb but inspect reads the run's state file (--state FILE, or .gym/run.json next to
---deployment FILE, or the nearest .gym/run.json here or in a directory above), discovers the participants and prints a table, or the
-replies as JSON with --json. --deadline bounds each step (default ${formatDuration(DEFAULT_DEADLINE_MS)}).
+Every verb but inspect reads the run's state file: --state FILE, or .gym/run.json next to
+--deployment FILE, or else .gym/run.json here, in the one directory just below that has one
+(two there: say which), or in the nearest directory above. It discovers the participants and
+prints a table, or the replies as JSON with --json. --deadline bounds each step (default ${formatDuration(DEFAULT_DEADLINE_MS)}).
 
 commit's default scope (continued) sends episode_ids: null when the last prepare of that ID
 reported no restarts; when it reported some, pass --episodes FILE (capture keys in flight, one
@@ -53,14 +54,7 @@ function common(flags: CommonCkptFlags): CkptOptions & { deadlineMs: number } {
 /** Adds the options every verb that talks to the deployment takes. */
 function withCommon(command: Command): Command {
   return command
-    .addOption(
-      sharedOption(
-        new Option(
-          "--state <file>",
-          "the run's state file (default: the nearest .gym/run.json here or above)",
-        ),
-      ),
-    )
+    .addOption(sharedOption(new Option("--state <file>", STATE_OPTION_HELP)))
     .addOption(
       sharedOption(
         new Option("--deployment <file>", "find the state file next to this deployment file"),
