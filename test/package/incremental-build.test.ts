@@ -7,15 +7,10 @@ import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
+import { buildOutputDirs } from "../support/build-outputs.js";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
-const OUTPUTS = [
-  "sdk/dist",
-  "templates/dist",
-  ...readdirSync(path.join(REPO, "reference-servers"), { withFileTypes: true })
-    .filter((entry) => entry.isDirectory() && entry.name !== "datasets")
-    .map((entry) => `reference-servers/${entry.name}/dist`),
-];
+const OUTPUTS = buildOutputDirs(REPO);
 
 /** Modification time of every file under the packages' `dist/` directories. */
 function outputTimes(): Map<string, number> {
