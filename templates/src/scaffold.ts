@@ -19,7 +19,7 @@ const RENAMES: Readonly<Record<string, string>> = { _gitignore: ".gitignore" };
 /** The text in template files replaced by the package name. */
 export const NAME_TOKEN = "%PACKAGE_NAME%";
 /** The verify declaration line as templates write it (the `wait` default). */
-const VERIFY_LINE = 'static override checkpointVerify = "wait" as const;';
+const VERIFY_LINE = 'static override checkpointVerify = "wait";';
 
 /** What {@link scaffold} writes. */
 export interface ScaffoldInput {

@@ -14,8 +14,8 @@ export function weatherOf(city: string): { city: string; temperature_c: number }
 }
 
 export default class WeatherServer extends ResourcesServer {
-  static override checkpointMode = "stateless" as const;
-  static override checkpointVerify = "replay" as const;
+  static override checkpointMode = "stateless";
+  static override checkpointVerify = "replay";
 
   protected override tools() {
     return [

@@ -121,7 +121,7 @@ const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessio
  *
  * @example
  * class Echo extends ResourcesServer {
- *   static override checkpointMode = "stateless" as const;
+ *   static override checkpointMode = "stateless";
  *   protected override verify() {
  *     return { reward: 1 };
  *   }
@@ -130,10 +130,21 @@ const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessio
  * @see docs/resources-server.md
  */
 export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
-  /** How this server's sessions take part in checkpoints. @default "restart_only" */
-  static checkpointMode: CheckpointMode = "restart_only";
-  /** Whether `/verify` may run again after a crash. @default "wait" */
-  static checkpointVerify: CheckpointVerify = "wait";
+  // The two declarations are typed `string`, not their unions: TypeScript does not type a
+  // subclass's field initializer from the base, so `static override checkpointMode =
+  // "exported"` infers `string`, which a union-typed base would refuse. Each value is checked
+  // against its allowed values when the server is constructed (ConfigError naming them).
+  /**
+   * How this server's sessions take part in checkpoints: a {@link CheckpointMode}
+   * (`restart_only`, `stateless` or `exported`), checked at construction.
+   * @default "restart_only"
+   */
+  static checkpointMode: string = "restart_only";
+  /**
+   * Whether `/verify` may run again after a crash: a {@link CheckpointVerify} (`wait` or
+   * `replay`), checked at construction. @default "wait"
+   */
+  static checkpointVerify: string = "wait";
   /** The routes that start a session. @default ["/seed_session"] */
   static checkpointSessionStarts: readonly string[] = [SEED_SESSION_PATH];
 

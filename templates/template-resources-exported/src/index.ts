@@ -25,7 +25,7 @@ const VerifyRequestSchema = z
   .meta({ example: { target: 5 } });
 
 export default class TallyServer extends SessionStateServer<number> {
-  static override checkpointVerify = "wait" as const;
+  static override checkpointVerify = "wait";
   /** One session's state: its total. Restored states are checked against it first. */
   protected override readonly stateSchema = z.number();
 

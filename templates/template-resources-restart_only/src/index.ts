@@ -51,8 +51,8 @@ function addTool(totals: Map<string, number>) {
 }
 
 export default class TallyServer extends ResourcesServer {
-  static override checkpointMode = "restart_only" as const;
-  static override checkpointVerify = "wait" as const;
+  static override checkpointMode = "restart_only";
+  static override checkpointVerify = "wait";
   readonly totals = new Map<string, number>();
 
   protected override seedSession(input: SessionRouteInput) {

@@ -57,8 +57,8 @@ const VerifyRequestSchema = z
   });
 
 export default class MultiplierServer extends ResourcesServer {
-  static override checkpointMode = "stateless" as const;
-  static override checkpointVerify = "wait" as const;
+  static override checkpointMode = "stateless";
+  static override checkpointVerify = "wait";
 
   protected override tools() {
     return [

@@ -6,7 +6,6 @@
  * @module
  */
 import type { z } from "zod";
-import type { CheckpointMode } from "../../participants/resources/declarations.js";
 import type { JsonValue } from "../../json/json-value.js";
 import { isPlainRecord } from "../../util/plain-record.js";
 import { parseBody } from "../../wire/parse.js";
@@ -65,7 +64,8 @@ export abstract class SessionStateServer<
   State extends JsonValue,
   Config = unknown,
 > extends ResourcesServer<Config> {
-  static override checkpointMode: CheckpointMode = "exported";
+  /** Always `exported`: the states in {@link states} are exported and restored. */
+  static override checkpointMode = "exported";
 
   /** Every held session's state, by session ID. */
   readonly states = new Map<string, State>();
