@@ -138,6 +138,19 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
     return null;
   }
 
+  /**
+   * What a checkpoint of this participant holds at most once, read from a record or from a
+   * stored record's decoded value (not validated yet): its name in a refusal and its key (e.g.
+   * `{ what: "resources session", key: session_id }`), or null when the record names none or
+   * cannot be read (its validation refuses it then). The coordinator of a multi-worker server
+   * refuses a checkpoint holding one twice before it hands any worker its share, as each worker
+   * sees only its own. Null (the default): several records of one episode may be installed,
+   * and request-scoped records ({@link claimKey}) are held once per replacement anyway.
+   */
+  recordIdentity(_record: R): { readonly what: string; readonly key: string } | null {
+    return null;
+  }
+
   /** Installs one claimed restored record into this (serving) participant. */
   async adoptRestored(_record: R, _signal: AbortSignal): Promise<void> {
     throw new Error(`a ${this.kind} participant holds no request-scoped records to adopt`);

@@ -1,9 +1,10 @@
 /**
  * Restores of checkpoints no commit writes, on the reference counter: states that fail the
- * server's own schema, a session held twice, a session claimed by two episodes. Each is a typed
- * refusal naming what is wrong, nothing is installed, and the correct checkpoint still restores
- * into the same process afterwards. Session IDs named like Object.prototype members survive a
- * commit and restore like any other.
+ * server's own schema, a session held twice (the same record, or two different ones), a session
+ * claimed by two episodes. Each is a typed refusal (422 `invalid_checkpoint_state`) naming what
+ * is wrong, nothing is installed, and the correct checkpoint still restores into the same
+ * process afterwards. Session IDs named like Object.prototype members survive a commit and
+ * restore like any other.
  */
 import path from "node:path";
 import request from "supertest";
@@ -101,29 +102,51 @@ describe("a restore of a crafted counter checkpoint", () => {
     expect(fresh.states.get("s1")?.count).toBe(2);
   });
 
-  it("refuses a session held twice, and a session claimed by two episodes (409)", async () => {
-    const { dir, episodes } = await committed({ s1: "ep1", s2: "ep2" }, 1);
-    const twice = `${dir}-twice`;
-    await import("node:fs/promises").then(({ cp }) => cp(dir, twice, { recursive: true }));
-    // The same record twice, with another count: "last record wins" would install 5.
-    await rewriteRecords(twice, "resources", "counter", (records) => [
-      ...records,
-      { ...(records[0] as Record<string, unknown>), state: { count: 5, target: 1 } },
-    ]);
-    // Session s1 claimed by ep2 as well.
-    await rewriteRecords(dir, "resources", "counter", (records) =>
-      records.map((record) => ({ ...record, session_id: "s1" })),
-    );
-    for (const crafted of [twice, dir]) {
+  type Rec = Record<string, unknown>;
+  it.each([
+    [
+      "the same record twice",
+      (records: Rec[]) => [...records, { ...(records[0] as Rec) }],
+      "resources session 's1' twice (episode 'ep1')",
+    ],
+    [
+      // "Last record wins" would install 5.
+      "two different records of one episode's session",
+      (records: Rec[]) => [...records, { ...(records[0] as Rec), state: { count: 5, target: 1 } }],
+      "resources session 's1' twice (episode 'ep1')",
+    ],
+    [
+      "one session claimed by two episodes",
+      (records: Rec[]) => records.map((record) => ({ ...record, session_id: "s1" })),
+      "resources session 's1' twice (episodes 'ep1' and 'ep2')",
+    ],
+  ])(
+    "refuses %s with 422 invalid_checkpoint_state, installs nothing, then restores",
+    async (_, craft, named) => {
+      const { dir, episodes } = await committed({ s1: "ep1", s2: "ep2" }, 1);
+      const crafted = `${dir}-crafted`;
+      await import("node:fs/promises").then(({ cp }) => cp(dir, crafted, { recursive: true }));
+      await rewriteRecords(crafted, "resources", "counter", craft);
       const fresh = counter();
       const app = fresh.app();
       const refused = await restore(app, "r1", crafted, episodes);
-      expect(refused.status, JSON.stringify(refused.body)).toBe(409);
-      expect(refused.body.error.code).toBe("checkpoint_error");
-      expect(refused.body.error.detail).toContain("resources session 's1' twice");
+      expect(refused.status, JSON.stringify(refused.body)).toBe(422);
+      expect(refused.body.error.code).toBe("invalid_checkpoint_state");
+      expect(refused.body.error.detail).toContain(named);
+      // Nothing installed: no state, no session, and the process still counts as fresh, so the
+      // checkpoint as committed restores into it (a resources restore needs a process that
+      // holds no session).
       expect(fresh.states.size).toBe(0);
-    }
-  });
+      const after = await status<{ phase: string; report: { counts: { sessions: number } } }>(app);
+      expect(after.phase).toBe("idle");
+      expect(after.report.counts.sessions).toBe(0);
+      const restored = await restore(app, "r2", dir, episodes);
+      expect(restored.status, JSON.stringify(restored.body)).toBe(200);
+      expect(restored.body.restored).toEqual(["ep1-a1", "ep2-a1"]);
+      expect(fresh.states.get("s1")?.count).toBe(1);
+      expect(fresh.states.get("s2")?.count).toBe(1);
+    },
+  );
 });
 
 describe("session IDs named like Object.prototype members", () => {

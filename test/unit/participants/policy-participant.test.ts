@@ -454,7 +454,7 @@ describe("PolicyParticipant install", () => {
     const before = await listDir(dir);
     const twice = [record(r0, [custodyRow("c1", "r")]), record(r0, [custodyRow("c2", "r")])];
     const refused = await p.install(twice, [r0]).catch((error: unknown) => error);
-    expect((refused as GymError).code).toBe("checkpoint_error");
+    expect((refused as GymError).code).toBe("invalid_checkpoint_state");
     expect((refused as Error).message).toContain("episode 'r' twice");
     expect(await listDir(dir)).toEqual(before);
     expect(p.restoredCuts.size).toBe(0);

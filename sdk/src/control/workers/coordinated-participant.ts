@@ -7,13 +7,19 @@
  */
 import type { z } from "zod";
 import { CheckpointError, EpisodeError } from "../../errors.js";
-import { episodeIdToWire, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
+import {
+  captureKey,
+  episodeIdToWire,
+  fromCaptureKey,
+  type EpisodeId,
+} from "../../identity/episode-id.js";
 import { captureKeySet, captureKeysOf } from "../../identity/scope-keys.js";
 import type { JsonValue } from "../../json/json-value.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
 import type { Manifest, RecordBase } from "../../wire/storage.js";
 import type { StoredRecord } from "../../store/records-reader.js";
+import { refuseDuplicateRecords } from "../duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../participant.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
@@ -389,20 +395,42 @@ export class CoordinatedParticipant extends Participant {
   /**
    * Keeps the request-scoped records (a claim key) for the workers that will claim them,
    * validated by `validate`; returns the others. Each entry: what `claimKey` reads, and the
-   * record as given.
+   * record as given. A checkpoint holding one replacement's record twice, or one thing the
+   * participant holds once ({@link Participant.recordIdentity}) twice, is refused here, before
+   * anything is held or sent: each worker sees only its own share.
    */
-  #holdClaimable<T>(
+  #holdClaimable<T extends RecordBase>(
     entries: readonly [RecordBase, T][],
-    validate: (item: T) => RecordBase = (item) => item as unknown as RecordBase,
+    validate: (item: T) => RecordBase = (item) => item,
   ): T[] {
-    this.#held.clear();
-    this.#claimed.clear();
+    const prototype = this.#prototype;
+    // The prototype may come from another copy of this package, one without the hook.
+    const identityOf =
+      typeof prototype.recordIdentity === "function"
+        ? (view: RecordBase) => prototype.recordIdentity(view)
+        : () => null;
+    const claimable: { key: string; item: T }[] = [];
+    const identified: { what: string; key: string; item: T }[] = [];
     const placed: T[] = [];
     for (const [view, item] of entries) {
-      const key = this.#prototype.claimKey(view);
-      if (key === null) placed.push(item);
-      else this.#held.set(key, validate(item));
+      const key = prototype.claimKey(view);
+      if (key !== null) {
+        claimable.push({ key, item });
+        continue;
+      }
+      const identity = identityOf(view);
+      if (identity !== null) identified.push({ ...identity, item });
+      placed.push(item);
     }
+    const episodeOf = (entry: { item: T }) => captureKey(entry.item.episode_id);
+    // A claim key is the replacement of the record's episode: one key twice is one episode twice.
+    refuseDuplicateRecords(claimable, episodeOf, "episode");
+    const what = identified[0]?.what ?? "record";
+    refuseDuplicateRecords(identified, (entry) => entry.key, what, episodeOf);
+    const held = claimable.map(({ key, item }) => [key, validate(item)] as const);
+    this.#held.clear();
+    this.#claimed.clear();
+    for (const [key, record] of held) this.#held.set(key, record);
     return placed;
   }
 

@@ -680,7 +680,12 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         "agent restore requires a process with no live sessions or seeds; restore into a fresh process",
       );
     }
-    refuseDuplicateRecords(records, (r) => r.session_key, "agent session");
+    refuseDuplicateRecords(
+      records,
+      (r) => r.session_key,
+      "agent session",
+      (r) => captureKey(parseEpisodeId(r.episode_id)),
+    );
     await this.#installRecords(records, signal);
   }
 
@@ -688,6 +693,12 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   override claimKey(stored: AgentSessionRecord): string | null {
     if (!isLegacySessionKey(stored.session_key)) return null;
     return captureKey(nextAttempt(parseEpisodeId(stored.episode_id)));
+  }
+
+  /** A checkpoint holds each session once. */
+  override recordIdentity(record: AgentSessionRecord): { what: string; key: string } | null {
+    const key = (record as { session_key?: unknown }).session_key;
+    return typeof key === "string" ? { what: "agent session", key } : null;
   }
 
   override async adoptRestored(stored: AgentSessionRecord, signal: AbortSignal): Promise<void> {
@@ -899,8 +910,13 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     }
   }
 
-  /** Notifies a waiting prepare, only while a checkpoint is open. */
+  /**
+   * Readiness or the counts changed. Wakes a waiting prepare only while a checkpoint is open
+   * (none waits otherwise, so one process pays nothing per step), but tells a worker's link
+   * either way: its coordinator answers status with the counts the workers report.
+   */
   #changed(): void {
     if (!this.#accepting) this.notify();
+    else this.onChange?.();
   }
 }

@@ -562,7 +562,12 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
         "a restart_only resources server cannot restore session state; its rollouts start over",
       );
     }
-    refuseDuplicateRecords(records, (r) => r.session_id, "resources session");
+    refuseDuplicateRecords(
+      records,
+      (r) => r.session_id,
+      "resources session",
+      (r) => captureKey(parseEpisodeId(r.episode_id)),
+    );
     if (this.mode === "exported") {
       // Every state checked before any is handed over: a bad one installs nothing. The hook
       // gets what the schema parsed, so neither it nor the base classes walk a state again.
@@ -596,6 +601,12 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
       this.#restored.add(record.session_id);
     }
     this.notify();
+  }
+
+  /** A checkpoint holds each session once. */
+  override recordIdentity(record: ResourcesRecord): { what: string; key: string } | null {
+    const id = (record as { session_id?: unknown }).session_id;
+    return typeof id === "string" ? { what: "resources session", key: id } : null;
   }
 
   override restoredPending(): EpisodeId[] {

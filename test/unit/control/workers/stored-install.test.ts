@@ -30,13 +30,16 @@ function tempDir(): string {
   return dir;
 }
 
-/** A coordinator's control plane over `count` in-process workers, each a TestParticipant. */
-async function server(count: number) {
+/**
+ * A coordinator's control plane over `count` in-process workers, each a TestParticipant; the
+ * coordinator's pure hooks are `prototype`'s.
+ */
+async function server(count: number, prototype: TestParticipant = new TestParticipant()) {
   const socketDir = tempDir();
   const socket = path.join(socketDir, "c.sock");
   const pool = new WorkerPool(count);
   let plane: ControlPlane | null = null;
-  const coordinated = new CoordinatedParticipant(pool, new TestParticipant(), (op, body) =>
+  const coordinated = new CoordinatedParticipant(pool, prototype, (op, body) =>
     plane!.dispatch(op as never, body),
   );
   plane = new ControlPlane(coordinated, { instance: "inst", leaseGraceSeconds: 100 });
@@ -103,6 +106,71 @@ describe("restore through a coordinator", () => {
     const installed = workers.flatMap((w) => [...w.pending.values()].map((p) => p.payload));
     expect(installed).toEqual([{ n: 1 }, { n: 2 }]);
   });
+});
+
+/** A participant holding each `payload.session` once, as a resources server holds sessions. */
+class SessionKeyed extends TestParticipant {
+  override recordIdentity(record: { payload: unknown }): { what: string; key: string } | null {
+    const session = (record.payload as { session?: unknown } | null)?.session;
+    return typeof session === "string" ? { what: "session", key: session } : null;
+  }
+}
+
+/** A participant whose records wait for the request of their replacement, as an environment's. */
+class RequestScoped extends TestParticipant {
+  override claimKey(record: { episode_id: EpisodeId }): string {
+    return `${record.episode_id.rollout_id}-a${record.episode_id.attempt + 1}`;
+  }
+}
+
+describe("a checkpoint holding one thing twice, restored through a coordinator", () => {
+  it.each([
+    [
+      "one session claimed by two episodes",
+      () => new SessionKeyed(),
+      [
+        { episode_id: episodeId("a", 0), payload: { session: "s1", n: 1 } },
+        { episode_id: episodeId("b", 0), payload: { session: "s1", n: 2 } },
+      ],
+      "session 's1' twice (episodes 'a' and 'b')",
+    ],
+    [
+      "one session twice in one episode",
+      () => new SessionKeyed(),
+      [
+        { episode_id: episodeId("a", 0), payload: { session: "s1", n: 1 } },
+        { episode_id: episodeId("a", 0), payload: { session: "s1", n: 5 } },
+      ],
+      "session 's1' twice (episode 'a')",
+    ],
+    [
+      "one request-scoped episode twice",
+      () => new RequestScoped(),
+      [
+        { episode_id: episodeId("a", 0), payload: { n: 1 } },
+        { episode_id: episodeId("a", 0), payload: { n: 5 } },
+      ],
+      "episode 'a' twice",
+    ],
+  ])(
+    "refuses %s with 422 before any worker installs, holds nothing",
+    async (_, prototype, records, named) => {
+      const { plane, workers } = await server(2, prototype());
+      const dir = await checkpoint(records);
+      const refused = await plane
+        .restore(restoreReq("c1", dir, ["a", "b"]))
+        .catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(GymError);
+      expect((refused as GymError).code).toBe("invalid_checkpoint_state");
+      expect((refused as GymError).message).toContain(named);
+      for (const worker of workers) {
+        expect(worker.callsOf("install")).toEqual([]);
+        expect(worker.pending.size).toBe(0);
+      }
+      // Nothing is held for a claim either: the coordinator lists no restored episode.
+      expect(plane.status().restored_pending).toBeUndefined();
+    },
+  );
 });
 
 describe("scopes sent to the workers", () => {

@@ -1,5 +1,4 @@
 import { describe, expect, it, vi } from "vitest";
-import type { CheckpointError } from "#sdk/errors.js";
 import { CheckpointStateError, GymError } from "#sdk/errors.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
@@ -187,7 +186,8 @@ describe("EnvironmentParticipant", () => {
       const refused = await p
         .install(twice, [episodeId("r", 0)], new AbortController().signal)
         .catch((error: unknown) => error);
-      expect((refused as CheckpointError).code).toBe("checkpoint_error");
+      expect((refused as GymError).code).toBe("invalid_checkpoint_state");
+      expect((refused as CheckpointStateError).captureKey).toBe("r");
       expect((refused as Error).message).toContain("episode 'r' twice");
       expect(p.restoredPending()).toEqual([]);
     });
