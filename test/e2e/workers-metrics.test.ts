@@ -98,7 +98,7 @@ describe("a counter with 2 workers", { timeout: 180_000 }, () => {
       // Every seed is counted once, by the worker that served it.
       const seeds = samples.filter(
         (sample) =>
-          sample.name === "http_server_request_duration_count" &&
+          sample.name === "http_server_request_duration_seconds_count" &&
           (sample.labels.http_route ?? "").includes("seed_session") &&
           sample.labels.worker !== "coordinator",
       );
@@ -119,7 +119,7 @@ describe("a counter with 2 workers", { timeout: 180_000 }, () => {
       ).toEqual([expect.objectContaining({ value: 0 })]);
       const prepares = samples.find(
         (sample) =>
-          sample.name === "gym_checkpoint_operation_duration_count" &&
+          sample.name === "gym_checkpoint_operation_duration_seconds_count" &&
           sample.labels.operation === "prepare" &&
           sample.labels.outcome === "ok",
       );

@@ -2,10 +2,11 @@
  * `gym top`: a live view of a running deployment, one row per server, read from each server's
  * own `/ready` and `/metrics` (no control token needed): readiness, phase, admission, work in
  * flight, sessions, blockers, request rate, commits. Redrawn in place on a terminal; `--once`
- * prints one snapshot.
+ * prints one snapshot. The request rate and count leave out operational and control routes, so
+ * the top's own polling does not show as traffic.
  */
 import { setTimeout as delay } from "node:timers/promises";
-import type { ResolvedServer } from "../wire/deployment.js";
+import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
 import type { Io } from "./output.js";
 import { EXIT_OK } from "./output.js";
 import { deadServers } from "./dead-servers.js";
@@ -20,12 +21,13 @@ export interface ServerSnapshot {
   readonly inflight: number | null;
   readonly sessions: number | null;
   readonly blockers: number | null;
-  /** Requests served so far (every route). */
+  /** Work requests served so far: every route but the operational and control ones. */
   readonly requests: number | null;
   readonly commits: number | null;
 }
 
-interface Sample {
+/** One sample of a Prometheus text exposition. */
+export interface Sample {
   readonly name: string;
   readonly labels: Readonly<Record<string, string>>;
   readonly value: number;
@@ -60,11 +62,63 @@ function sum(
   return matching.length === 0 ? null : matching.reduce((total, sample) => total + sample.value, 0);
 }
 
+/** The Prometheus names `gym top` reads (see docs/observability.md). */
+const REQUEST_COUNT = "http_server_request_duration_seconds_count";
+const OPERATION_COUNT = "gym_checkpoint_operation_duration_seconds_count";
+
+/** Where the metrics of a deployment's servers are, or null when its `telemetry:` turns them off. */
+export function metricsPathOf(deployment: ResolvedDeployment): string | null {
+  const telemetry = deployment.telemetry;
+  if (telemetry === undefined) return "/metrics";
+  return telemetry.metrics ? telemetry.metrics_path : null;
+}
+
+/**
+ * Whether a request's route (its `http_route` label) is one a poller or the controller calls
+ * rather than work: `/health`, `/ready`, the metrics route, `/openapi.json` and the control
+ * routes. `gym top` polls `/ready` and the metrics route itself, as Prometheus and load
+ * balancers do; counting them would show a rate on an idle server, and one that grows with
+ * every `gym top` watching it.
+ */
+export function isOperationalRoute(route: string, metricsPath: string | null): boolean {
+  return (
+    route === "/health" ||
+    route === "/ready" ||
+    route === "/openapi.json" ||
+    route === metricsPath ||
+    route.startsWith("/ng-control/")
+  );
+}
+
+/** Work requests a scrape counts ({@link isOperationalRoute} left out), or null when none is listed. */
+export function workRequests(
+  samples: readonly Sample[],
+  metricsPath: string | null,
+): number | null {
+  let total: number | null = null;
+  for (const sample of samples) {
+    if (sample.name !== REQUEST_COUNT) continue;
+    total ??= 0;
+    if (!isOperationalRoute(sample.labels.http_route ?? "", metricsPath)) total += sample.value;
+  }
+  return total;
+}
+
+/** How {@link snapshotOf} reads a server. */
+export interface SnapshotOptions {
+  /** The server's metrics route; null when metrics are off. @default "/metrics" */
+  readonly metricsPath?: string | null;
+  /** Bound on each request, in ms. @default 2000 */
+  readonly timeoutMs?: number;
+}
+
 /** Reads one server's readiness and metrics; unreachable parts read as `-`. */
 export async function snapshotOf(
-  server: ResolvedServer,
-  timeoutMs = 2_000,
+  server: Pick<ResolvedServer, "url">,
+  options: SnapshotOptions = {},
 ): Promise<ServerSnapshot> {
+  const metricsPath = options.metricsPath === undefined ? "/metrics" : options.metricsPath;
+  const timeoutMs = options.timeoutMs ?? 2_000;
   let ready = "down";
   try {
     const res = await fetch(`${server.url}/ready`, { signal: AbortSignal.timeout(timeoutMs) });
@@ -73,11 +127,15 @@ export async function snapshotOf(
     // down
   }
   let samples: Sample[] = [];
-  try {
-    const res = await fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) });
-    if (res.ok) samples = parsePrometheus(await res.text());
-  } catch {
-    // no metrics
+  if (metricsPath !== null) {
+    try {
+      const res = await fetch(`${server.url}${metricsPath}`, {
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      if (res.ok) samples = parsePrometheus(await res.text());
+    } catch {
+      // no metrics
+    }
   }
   const phase =
     samples.find((sample) => sample.name === "gym_participant_phase" && sample.value === 1)?.labels
@@ -90,11 +148,8 @@ export async function snapshotOf(
     inflight: sum(samples, "gym_participant_count", { count: "inflight" }),
     sessions: sum(samples, "gym_participant_count", { count: "sessions" }),
     blockers: sum(samples, "gym_participant_blockers"),
-    requests: sum(samples, "http_server_request_duration_count"),
-    commits: sum(samples, "gym_checkpoint_operation_duration_count", {
-      operation: "commit",
-      outcome: "ok",
-    }),
+    requests: workRequests(samples, metricsPath),
+    commits: sum(samples, OPERATION_COUNT, { operation: "commit", outcome: "ok" }),
   };
 }
 
@@ -111,6 +166,7 @@ export interface TopOptions {
 /** Runs `gym top` until interrupted (or once). */
 export async function topCommand(options: TopOptions, io: Io): Promise<number> {
   const { state } = openRun(options, io);
+  const metricsPath = metricsPathOf(state.deployment);
   const servers = Object.entries(state.deployment.servers)
     .filter(([, server]) => server.kind !== "backend")
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
@@ -125,7 +181,7 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
     for (;;) {
       const now = performance.now();
       const snapshots = await Promise.all(
-        servers.map(async ([, server]) => await snapshotOf(server)),
+        servers.map(async ([, server]) => await snapshotOf(server, { metricsPath })),
       );
       // A server whose process is gone says so, with its pid, rather than just "down".
       const gone = new Map(deadServers(state).map((entry) => [entry.name, entry.pid]));

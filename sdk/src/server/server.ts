@@ -14,7 +14,12 @@ import {
 import express, { Router, type Express, type Request, type RequestHandler } from "express";
 import { pino, type Logger } from "pino";
 import { watchParticipant } from "../telemetry/metrics.js";
-import { metricsHandler, prometheusText, startTelemetry } from "../telemetry/setup.js";
+import {
+  PROMETHEUS_CONTENT_TYPE,
+  metricsHandler,
+  prometheusText,
+  startTelemetry,
+} from "../telemetry/setup.js";
 import { requestTelemetry } from "./request-telemetry.js";
 import swaggerUi from "swagger-ui-express";
 import { z } from "zod";
@@ -142,7 +147,7 @@ export function resolveTelemetrySettings(
 function workerMetrics(link: WorkerLink): RequestHandler {
   return (_req, res, next) => {
     link.serverMetrics().then((text) => {
-      res.setHeader("content-type", "text/plain; version=0.0.4; charset=utf-8");
+      res.setHeader("content-type", PROMETHEUS_CONTENT_TYPE);
       res.end(text);
     }, next);
   };

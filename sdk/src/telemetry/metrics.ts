@@ -51,7 +51,7 @@ function instruments(): Instruments {
       description: "Checkpoint events: refused requests (by code) and lease expiries",
     }),
     httpDuration: meter.createHistogram(METRIC.httpDuration, {
-      description: "Duration of data-route requests",
+      description: "Duration of HTTP requests, by route (operational and control routes too)",
       ...seconds,
     }),
   };

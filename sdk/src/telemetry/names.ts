@@ -2,7 +2,8 @@
  * The names of everything the SDK emits: span names and attribute keys kept compatible with the
  * reference stack's checkpoint telemetry, so dashboards and trace queries carry over; metric
  * names in OpenTelemetry form (a Prometheus scrape shows them with `_` for `.` and a unit
- * suffix). See docs/observability.md.
+ * suffix: `gym_checkpoint_operation_duration_seconds`, see `setup.ts`). See
+ * docs/observability.md.
  */
 
 /** The instrumentation scope of every tracer and meter of the SDK. */
@@ -42,6 +43,6 @@ export const METRIC = {
   blockers: "gym.participant.blockers",
   /** Gauge: the participant's readiness counts (`count`: inflight, sessions, held, cut...). */
   counts: "gym.participant.count",
-  /** Histogram (s) of data-route requests: `http.request.method`, `http.route`, `http.response.status_code`. */
+  /** Histogram (s) of every request: `http.request.method`, `http.route`, `http.response.status_code`. */
   httpDuration: "http.server.request.duration",
 } as const;

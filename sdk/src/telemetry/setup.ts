@@ -18,6 +18,8 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
   type IMetricReader,
+  type MetricData,
+  type ResourceMetrics,
 } from "@opentelemetry/sdk-metrics";
 import {
   BatchSpanProcessor,
@@ -161,21 +163,65 @@ export function telemetryStarted(): boolean {
 }
 
 /**
- * Answers a Prometheus scrape: the text exposition of every metric. 503 when telemetry is not
- * started or the Prometheus reader is off.
+ * The content type of a Prometheus scrape's reply: the text exposition format, with its version
+ * (what `prom-client`'s `register.contentType` sends), so a scraper need not guess the format.
  */
-export function metricsHandler(req: IncomingMessage, res: ServerResponse): void {
-  const exporter = installed?.prometheus ?? null;
-  if (exporter === null) {
-    res.statusCode = 503;
-    res.setHeader("content-type", "text/plain; charset=utf-8");
-    res.end("# metrics are off in this process\n");
-    return;
-  }
-  exporter.getMetricsRequestHandler(req, res);
+export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+/**
+ * Prometheus name suffixes for OpenTelemetry units, as the OpenTelemetry-to-Prometheus
+ * conversion adds them (the exporter does not): a duration in seconds is `..._seconds`, the
+ * Prometheus naming convention, while the OpenTelemetry name (`http.server.request.duration`,
+ * unit `s`) stays as the semantic conventions spell it for OTLP.
+ */
+const UNIT_SUFFIXES: Readonly<Record<string, string>> = { s: "_seconds", By: "_bytes" };
+
+/** `metric` with the unit suffix its Prometheus name needs, or itself when it has it already. */
+function withUnitSuffix(metric: MetricData): MetricData {
+  const suffix = UNIT_SUFFIXES[metric.descriptor.unit];
+  const name = metric.descriptor.name;
+  if (suffix === undefined || name.replace(/[^a-z0-9_]/gi, "_").endsWith(suffix)) return metric;
+  return { ...metric, descriptor: { ...metric.descriptor, name: `${name}${suffix}` } };
 }
 
 const serializer = new PrometheusSerializer();
+
+/** The Prometheus text of `resourceMetrics`, metric names carrying their unit suffix. */
+function serialize(resourceMetrics: ResourceMetrics): string {
+  return serializer.serialize({
+    ...resourceMetrics,
+    scopeMetrics: resourceMetrics.scopeMetrics.map((scope) => ({
+      ...scope,
+      metrics: scope.metrics.map(withUnitSuffix),
+    })),
+  });
+}
+
+/**
+ * Answers a Prometheus scrape: the text exposition of every metric
+ * ({@link PROMETHEUS_CONTENT_TYPE}). 503 when telemetry is not started or the Prometheus reader
+ * is off.
+ */
+export function metricsHandler(req: IncomingMessage, res: ServerResponse): void {
+  prometheusText().then(
+    (text) => {
+      if (text === null) {
+        res.statusCode = 503;
+        res.setHeader("content-type", "text/plain; charset=utf-8");
+        res.end("# metrics are off in this process\n");
+        return;
+      }
+      res.statusCode = 200;
+      res.setHeader("content-type", PROMETHEUS_CONTENT_TYPE);
+      res.end(text);
+    },
+    (error: unknown) => {
+      res.statusCode = 500;
+      res.setHeader("content-type", "text/plain; charset=utf-8");
+      res.end(`# failed to collect metrics: ${String(error)}\n`);
+    },
+  );
+}
 
 /**
  * This process's metrics as Prometheus text (what {@link metricsHandler} serves), or null when
@@ -185,7 +231,7 @@ export async function prometheusText(): Promise<string | null> {
   const exporter = installed?.prometheus ?? null;
   if (exporter === null) return null;
   const { resourceMetrics } = await exporter.collect();
-  return serializer.serialize(resourceMetrics);
+  return serialize(resourceMetrics);
 }
 
 /** Flushes and removes what {@link startTelemetry} installed (tests; a clean shutdown). */

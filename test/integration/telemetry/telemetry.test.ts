@@ -322,16 +322,24 @@ describe("operational routes", () => {
       await server.checkpoint();
       const res = await fetch(`${server.url}/metrics`);
       expect(res.status).toBe(200);
-      expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
+      // The text format with its version, as Prometheus expects it.
+      expect(res.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");
       const text = await res.text();
       // Every line is a comment, blank, or `name{labels} value`.
       for (const line of text.split("\n")) {
         if (line === "" || line.startsWith("#")) continue;
         expect(line).toMatch(/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? -?[0-9.e+Inf-]+( \d+)?$/);
       }
-      expect(text).toMatch(/# TYPE gym_checkpoint_operation_duration histogram/);
-      expect(text).toMatch(/gym_checkpoint_operation_duration_count\{[^}]*operation="commit"/);
-      expect(text).toMatch(/# TYPE http_server_request_duration histogram/);
+      // Durations are histograms in seconds, named so: `_seconds`, then `_bucket` and the rest.
+      expect(text).toMatch(/# TYPE gym_checkpoint_operation_duration_seconds histogram/);
+      expect(text).toMatch(
+        /gym_checkpoint_operation_duration_seconds_count\{[^}]*operation="commit"/,
+      );
+      expect(text).toMatch(/# TYPE http_server_request_duration_seconds histogram/);
+      expect(text).toMatch(/^http_server_request_duration_seconds_bucket\{/m);
+      expect(text).not.toMatch(/^(gym_checkpoint_operation|http_server_request)_duration_count/m);
+      // A counter of bytes keeps its one `_bytes`.
+      expect(text).toMatch(/# TYPE gym_checkpoint_bytes_total counter/);
       expect(text).toMatch(/gym_participant_phase\{[^}]*phase="idle"[^}]*\} 1/);
     } finally {
       await stopTelemetry();
