@@ -4,6 +4,7 @@
  * Every request forbids unknown properties. Types come from `z.infer`; the OpenAPI document is
  * generated from these same schemas.
  */
+import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { EpisodeIdSchema, SAFE_ID_PATTERN } from "../identity/episode-id.js";
 
@@ -68,6 +69,25 @@ export const DeadlineSchema = z
 
 const checkpointFields = { checkpoint_id: CheckpointIdSchema, deadline_ts: DeadlineSchema };
 
+/**
+ * The directory a commit writes into or a restore reads from, as the server sees it: an
+ * absolute path. A relative one would be resolved against the server's working directory,
+ * which the controller neither knows nor shares, so a commit would land where no restore looks.
+ */
+export const CheckpointDirSchema = z
+  .string()
+  .min(1)
+  .refine((dir) => dir.length === 0 || isAbsolute(dir), {
+    message:
+      "must be an absolute path: a relative one would resolve against this server's working directory; send the directory as the server sees it (e.g. /checkpoints/step-120)",
+  })
+  .meta({
+    id: "CheckpointDir",
+    description:
+      "Absolute path of the checkpoint directory on the server's machine, owned by the controller. A relative path is refused (422 invalid_request).",
+    example: "/checkpoints/step-120",
+  });
+
 const CaptureKeySchema = z
   .string()
   .regex(SAFE_ID_PATTERN, "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -97,7 +117,7 @@ export type PrepareRequest = z.infer<typeof PrepareRequestSchema>;
 export const CommitRequestSchema = z
   .strictObject({
     ...checkpointFields,
-    checkpoint_dir: z.string().min(1),
+    checkpoint_dir: CheckpointDirSchema,
     episode_ids: z.array(EpisodeIdSchema).nullable().default(null),
     stop: z.boolean().default(false),
   })
@@ -117,7 +137,7 @@ export type CommitRequest = z.infer<typeof CommitRequestSchema>;
 export const RestoreRequestSchema = z
   .strictObject({
     ...checkpointFields,
-    checkpoint_dir: z.string().min(1),
+    checkpoint_dir: CheckpointDirSchema,
     episode_ids: z.array(EpisodeIdSchema),
   })
   .meta({

@@ -463,6 +463,43 @@ describe("checkpoint, restore, retire, forget", () => {
     expect(JSON.parse(status.out).servers.counter.phase).toBe("idle");
   });
 
+  it("resolves a relative --dir against the working directory, for checkpoint and restore", async () => {
+    // The participants refuse a relative checkpoint_dir: both steps work only if it is resolved.
+    const first = await deploy();
+    const inRun = (...argv: string[]) => runGym({ cwd: first.dir }, argv);
+    const checkpoint = await inRun(
+      "ckpt",
+      "checkpoint",
+      "--dir",
+      "ckpt",
+      "--state",
+      first.stateFile,
+    );
+    expect(checkpoint.code, checkpoint.err).toBe(0);
+    expect(checkpoint.out).toContain(path.join(first.dir, "ckpt"));
+    expect((await gym("ckpt", "inspect", path.join(first.dir, "ckpt"))).code).toBe(0);
+
+    await Promise.all(running.splice(0).map((server) => server.close()));
+    const second = await deploy();
+    const restored = await inRun(
+      "ckpt",
+      "restore",
+      "--id",
+      "restore-rel",
+      "--dir",
+      "ckpt",
+      "--all",
+      "--state",
+      second.stateFile,
+    );
+    expect(restored.code, restored.err).toBe(0);
+    expect((await episodesOf(second.counterUrl)).pending).toEqual([
+      "task-1-a1",
+      "task-2-a1",
+      "task-3-a1",
+    ]);
+  });
+
   it("refuses to restore --all from a corrupt checkpoint before contacting anyone", async () => {
     const { stateFile, dir } = await deploy();
     const checkpointDir = path.join(dir, "ckpt");

@@ -633,6 +633,22 @@ describe("checkpoint directories", () => {
     expect(Object.keys(replies)).toHaveLength(5);
     await resume(participants, "c1", deadline());
   });
+
+  it("restore from a relative directory resolved against the controller's working directory", async () => {
+    await checkpointR1();
+    const relative = path.relative(process.cwd(), dir);
+    expect(path.isAbsolute(relative)).toBe(false);
+
+    // The participants refuse a relative checkpoint_dir: this restore works only if resolved.
+    const fresh = await deploy(FULL);
+    const replies = await restore(fresh.participants, {
+      checkpointId: "c1",
+      checkpointDir: relative,
+      episodeIds: [episodeId("r1")],
+      deadlineTs: deadline(),
+    });
+    for (const reply of Object.values(replies)) expect(reply.restored).toEqual(["r1-a1"]);
+  });
 });
 
 describe("retire and forget", () => {

@@ -36,7 +36,7 @@ afterEach(async () => {
 
 type Listen = (options: { port?: number }) => Promise<{ url: string }>;
 
-/** The reference deployment, freshly started; returns the environment's URL and the participants. */
+/** The reference deployment, freshly started: the environment's URL and the participants. */
 async function deploy(): Promise<{ dir: string; envUrl: string; participants: Participants }> {
   const dir = await makeTempDir();
   dirs.push(dir);

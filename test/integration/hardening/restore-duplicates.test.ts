@@ -1,8 +1,8 @@
 /**
  * A checkpoint no commit writes, holding one agent session twice (the last record would win) or
  * one session under two episodes (the second would take it over): the Simple Agent refuses the
- * restore with 422 `invalid_checkpoint_state` naming the session, installs nothing, and restores the
- * checkpoint as committed into the same process afterwards. (The resources, environment and
+ * restore with 422 `invalid_checkpoint_state` naming the session, installs nothing, and restores
+ * the checkpoint as committed into the same process afterwards. (The resources, environment and
  * policy-model participants refuse theirs likewise: see restore-crafted.test.ts and the
  * participants' unit tests.)
  */

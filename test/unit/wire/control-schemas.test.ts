@@ -59,6 +59,20 @@ describe("control request schemas", () => {
     ).toBe(false);
   });
 
+  it.each(["ckpt", "./ckpt", "../ckpt", "ckpt/step-1"])(
+    "refuse a relative checkpoint_dir (%s) on commit and restore, naming the field",
+    (dir) => {
+      for (const result of [
+        CommitRequestSchema.safeParse({ ...base, checkpoint_dir: dir }),
+        RestoreRequestSchema.safeParse({ ...base, checkpoint_dir: dir, episode_ids: [] }),
+      ]) {
+        expect(result.success).toBe(false);
+        expect(result.error?.issues.map((issue) => issue.path)).toEqual([["checkpoint_dir"]]);
+        expect(result.error?.issues[0]?.message).toMatch(/must be an absolute path/);
+      }
+    },
+  );
+
   it("require at least one episode to retire and one rollout to forget", () => {
     expect(RetireRequestSchema.safeParse({ ...base, episode_ids: [] }).success).toBe(false);
     expect(ForgetRequestSchema.safeParse({ ...base, rollout_ids: [] }).success).toBe(false);
