@@ -44,7 +44,7 @@ Example:
   gym ckpt inspect /tmp/c
   gym stop --kill                      # a crash
   gym serve deployment.yaml --detach
-  gym ckpt restore --id r1 --dir /tmp/c --all --resume
+  gym ckpt restore --dir /tmp/c --all --resume   # the checkpoint /tmp/c holds
 
 See docs/deployment.md and docs/controller.md.`;
 

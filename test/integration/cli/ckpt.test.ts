@@ -3,7 +3,7 @@
  * backend), run through `runCli` with a state file pointing at them. Checks the exit status,
  * the tables, the JSON, and what the participants end up holding.
  */
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -498,6 +498,146 @@ describe("checkpoint, restore, retire, forget", () => {
       "task-2-a1",
       "task-3-a1",
     ]);
+  });
+
+  it("restore without --id takes the ID the directory's manifests name, and says so", async () => {
+    const first = await deploy();
+    const checkpointDir = path.join(first.dir, "ckpt");
+    const checkpoint = await gym(
+      "ckpt",
+      "checkpoint",
+      "--dir",
+      checkpointDir,
+      "--state",
+      first.stateFile,
+      "--json",
+    );
+    expect(checkpoint.code, checkpoint.err).toBe(0);
+    const id = (JSON.parse(checkpoint.out) as { checkpoint_id: string }).checkpoint_id;
+    await Promise.all(running.splice(0).map((server) => server.close()));
+    const second = await deploy();
+    const restored = await gym(
+      "ckpt",
+      "restore",
+      "--dir",
+      checkpointDir,
+      "--all",
+      "--state",
+      second.stateFile,
+    );
+    expect(restored.code, restored.err).toBe(0);
+    expect(restored.err).toContain(
+      `gym: no --id given: restoring checkpoint ${id}, the ID the manifests in ` +
+        `${path.relative(root, checkpointDir)} name`,
+    );
+    expect(restored.out).toMatch(new RegExp(`gym ckpt resume --id ${id}`));
+    const status = await gym("ckpt", "status", "--state", second.stateFile, "--json");
+    expect(JSON.parse(status.out).servers.counter).toMatchObject({
+      phase: "restored",
+      checkpoint_id: id,
+    });
+  });
+
+  it("restore without --id from a gym collect directory takes the checkpoint LATEST names", async () => {
+    const first = await deploy();
+    const collection = path.join(first.dir, "collection");
+    const id = "run1-s1-c2";
+    const checkpointDir = path.join(collection, "checkpoints", id);
+    // What a collection leaves: the participants' commit, its collection manifest, LATEST.
+    const committed = await gym(
+      "ckpt",
+      "checkpoint",
+      "--dir",
+      checkpointDir,
+      "--state",
+      first.stateFile,
+    );
+    expect(committed.code, committed.err).toBe(0);
+    const manifest = {
+      format: 1,
+      run_id: "run1",
+      session: 1,
+      checkpoint_id: id,
+      created_at: new Date().toISOString(),
+      continued: [],
+      restarted: [],
+    };
+    await writeFile(path.join(checkpointDir, "collection.json"), JSON.stringify(manifest));
+    await writeFile(path.join(collection, "LATEST"), `${id}\n`);
+    await Promise.all(running.splice(0).map((server) => server.close()));
+    const second = await deploy();
+    const restored = await gym(
+      "ckpt",
+      "restore",
+      "--dir",
+      collection,
+      "--all",
+      "--json",
+      "--state",
+      second.stateFile,
+    );
+    expect(restored.code, restored.err).toBe(0);
+    expect(restored.err).toContain(
+      `gym: no --id given: restoring checkpoint ${id}, the latest checkpoint the collection in ` +
+        `${path.relative(root, collection)} published (its LATEST), from ${path.relative(root, checkpointDir)}`,
+    );
+    expect(JSON.parse(restored.out)).toMatchObject({
+      checkpoint_id: id,
+      checkpoint_dir: checkpointDir,
+      restored: ["task-1-a1", "task-2-a1", "task-3-a1"],
+    });
+  });
+
+  it("restore without --id refuses a directory whose manifests name several checkpoints", async () => {
+    const { stateFile, dir } = await deploy();
+    const checkpointDir = path.join(dir, "ckpt");
+    expect(
+      (await gym("ckpt", "checkpoint", "--dir", checkpointDir, "--state", stateFile)).code,
+    ).toBe(0);
+    // A second participant whose manifest names another checkpoint.
+    const counter = path.join(checkpointDir, "gym", "resources", "counter");
+    const other = path.join(checkpointDir, "gym", "resources", "other");
+    await cp(counter, other, { recursive: true });
+    const file = path.join(other, "manifest.json");
+    const manifest = JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+    await writeFile(
+      file,
+      JSON.stringify({ ...manifest, instance: "other", checkpoint_id: "older" }),
+    );
+    const { code, err } = await gym(
+      "ckpt",
+      "restore",
+      "--dir",
+      checkpointDir,
+      "--all",
+      "--state",
+      stateFile,
+    );
+    expect(code).toBe(2);
+    expect(err).toMatch(
+      /the participants in .*ckpt hold different checkpoints, so there is no one to pick: .*older \(resources\/other\)/,
+    );
+    expect(err).toMatch(/what to do: pass the restore's ID with --id ID/);
+    const status = await gym("ckpt", "status", "--state", stateFile, "--json");
+    expect(JSON.parse(status.out).servers.counter.phase).toBe("idle");
+  });
+
+  it("restore without --id from a directory holding no checkpoint is bad usage (exit 2)", async () => {
+    const { stateFile, dir } = await deploy();
+    const episodes = path.join(dir, "restore.txt");
+    await writeFile(episodes, "task-1\n");
+    const { code, err } = await gym(
+      "ckpt",
+      "restore",
+      "--dir",
+      dir,
+      "--episodes",
+      episodes,
+      "--state",
+      stateFile,
+    );
+    expect(code).toBe(2);
+    expect(err).toMatch(/there is no checkpoint at .*: it has no gym\/ directory/);
   });
 
   it("refuses to restore --all from a corrupt checkpoint before contacting anyone", async () => {

@@ -29,6 +29,9 @@ commit's default scope (continued) sends episode_ids: null when the last prepare
 reported no restarts; when it reported some, pass --episodes FILE (capture keys in flight, one
 per line) and the restarts are left out, or --scope all.
 
+restore without --id takes the checkpoint --dir holds: the ID its manifests name (several:
+pass --id), or for a gym collect directory the checkpoint its LATEST names; it says which.
+
 --episodes FILE is a file of capture keys, one per line, for every verb that takes it; retire
 also takes the keys inline with --keys KEY[,KEY].
 
@@ -167,8 +170,14 @@ export function registerCkpt(program: Command, handlers: Handlers): void {
     ckpt
       .command("restore")
       .description("restore a checkpoint into fresh processes, all or nothing")
-      .requiredOption("--id <id>", "the restore's checkpoint ID (resume it with the same ID)")
-      .requiredOption("--dir <dir>", "the checkpoint directory")
+      .option(
+        "--id <id>",
+        "the restore's checkpoint ID, to resume it with (default: the ID the manifests in --dir name; for a gym collect directory, the checkpoint its LATEST names)",
+      )
+      .requiredOption(
+        "--dir <dir>",
+        "the checkpoint directory (without --id, a gym collect directory too)",
+      )
       .option("--episodes <file>", "the episodes to continue: capture keys, one per line")
       .option("--all", "continue every episode the checkpoint holds")
       .option("--resume", "resume right after a successful restore"),
@@ -176,7 +185,7 @@ export function registerCkpt(program: Command, handlers: Handlers): void {
     run(
       async (
         flags: CommonCkptFlags & {
-          id: string;
+          id?: string;
           dir: string;
           episodes?: string;
           all?: boolean;
@@ -186,7 +195,7 @@ export function registerCkpt(program: Command, handlers: Handlers): void {
         handlers.json(flags.json === true);
         const { restoreCommand } = await import("./restore.js");
         return await restoreCommand(
-          checkpointId(flags.id),
+          flags.id === undefined ? undefined : checkpointId(flags.id),
           flags.dir,
           {
             ...common(flags),
