@@ -42,7 +42,11 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   readonly retired = new RetiredAttempts();
 
   #changed = deferred<void>();
-  /** Called on every {@link notify}, e.g. to forward changes across workers. */
+  /**
+   * Called on every {@link notify}, and on changes of readiness or counts a participant does not
+   * notify because no prepare can be waiting (admission open): a worker forwards them to its
+   * coordinator, whose status shows them.
+   */
   onChange: (() => void) | null = null;
 
   /**

@@ -852,9 +852,12 @@ describe("readiness and notifications", () => {
     act.end();
   });
 
-  it("nothing notifies outside a checkpoint; changes inside one do", async () => {
+  it("nothing notifies outside a checkpoint, a worker's link hears it; changes inside one notify", async () => {
     const { p } = make();
     const notify = vi.spyOn(p, "notify");
+    // A worker forwards every change to its coordinator, whose status counts the sessions.
+    let forwarded = 0;
+    p.onChange = () => (forwarded += 1);
     await seeded(p, "a", r1);
     const act = p.startActivation("a", r1);
     await act.boundary(() => ({}));
@@ -873,6 +876,7 @@ describe("readiness and notifications", () => {
     await seeded(p, "b", r1);
     await p.retire(r1, never());
     expect(notify).not.toHaveBeenCalled();
+    expect(forwarded).toBeGreaterThan(0);
     await seeded(p, "c", r2);
     const inside = p.startActivation("c", r2);
     p.closeAdmission(closing());

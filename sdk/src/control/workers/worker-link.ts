@@ -71,6 +71,8 @@ export class WorkerLink {
   #generation = 0;
   #closed = false;
   #reportTimer: NodeJS.Timeout | null = null;
+  /** Whether the pending report waits out the open interval. */
+  #reportThrottled = false;
   readonly #calls = new Map<number, AbortController>();
   #aliases = new Map<string, string>();
   #workers = new Map<string, number>();
@@ -244,13 +246,34 @@ export class WorkerLink {
   }
 
   #scheduleReport(): void {
-    if (this.#reportTimer !== null) return;
-    const delay = this.#closed ? 0 : OPEN_REPORT_INTERVAL_MS;
-    this.#reportTimer = setTimeout(() => {
+    if (this.#reportTimer !== null) {
+      // A report throttled while admission was open waits no longer once a checkpoint is open.
+      if (!this.#closed || !this.#reportThrottled) return;
+      clearTimeout(this.#reportTimer);
+    }
+    this.#reportThrottled = !this.#closed;
+    this.#reportTimer = setTimeout(
+      () => {
+        this.#reportTimer = null;
+        this.#report();
+      },
+      this.#closed ? 0 : OPEN_REPORT_INTERVAL_MS,
+    );
+    this.#reportTimer.unref();
+  }
+
+  /**
+   * Reports now, before the reply to a call that changed what this worker holds: the reply
+   * follows the report on the channel, so a status after the call counts what it changed.
+   */
+  async #reportAfter<T>(work: Promise<T>): Promise<T> {
+    try {
+      return await work;
+    } finally {
+      if (this.#reportTimer !== null) clearTimeout(this.#reportTimer);
       this.#reportTimer = null;
       this.#report();
-    }, delay);
-    this.#reportTimer.unref();
+    }
   }
 
   #report(): void {
@@ -316,8 +339,10 @@ export class WorkerLink {
       case "forget":
         return this.#need().forget(body.rollout_ids as string[]);
       case "retire":
-        return this.#withSignal(body, (signal) =>
-          this.#need().retire(parseEpisodeId(body.episode), signal),
+        return this.#reportAfter(
+          this.#withSignal(body, (signal) =>
+            this.#need().retire(parseEpisodeId(body.episode), signal),
+          ),
         );
       case "export":
         return this.#withSignal(body, async (signal) => {
@@ -335,7 +360,7 @@ export class WorkerLink {
         const head = (value instanceof FrameBytes ? value.head : value) as Record<string, unknown>;
         this.#aliases = new Map(head.aliases as [string, string][]);
         this.#claimable = new Set(head.claims as string[]);
-        return this.#withSignal(head, (signal) => {
+        const installing = this.#withSignal(head, (signal) => {
           const participant = this.#need();
           const records =
             lines === null
@@ -351,12 +376,15 @@ export class WorkerLink {
             signal,
           );
         });
+        return this.#reportAfter(installing);
       }
       case "restored_pending":
         return Promise.resolve(this.#need().restoredPending());
       case "delete_restored":
-        return this.#withSignal(body, (signal) =>
-          this.#need().deleteRestored(parseEpisodeId(body.episode), signal),
+        return this.#reportAfter(
+          this.#withSignal(body, (signal) =>
+            this.#need().deleteRestored(parseEpisodeId(body.episode), signal),
+          ),
         );
       default:
         return this.#withSignal(body, async (signal) =>
