@@ -61,7 +61,13 @@ export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-ever
 export type { CommitStep } from "./client/commit-everywhere.js";
 
 // Rollout collection (what `gym collect` runs)
-export { Collection, CollectError, EXIT_PREEMPTED, collect } from "./collect/collector.js";
+export {
+  Collection,
+  CollectError,
+  EXIT_FAILING,
+  EXIT_PREEMPTED,
+  collect,
+} from "./collect/collector.js";
 export type {
   CheckpointOutcome,
   CollectEvent,
@@ -70,6 +76,8 @@ export type {
   CollectSummary,
 } from "./collect/collector.js";
 export type { FailureKind, RolloutRow, RowFailure } from "./collect/rollout-row.js";
+export { DEFAULT_MAX_FAILURES } from "./collect/failure-streak.js";
+export type { FailureStreak } from "./collect/failure-streak.js";
 export { TaskFileError } from "./collect/task-rows.js";
 export { JournalCorruptError } from "./collect/jsonl-journal.js";
 export {

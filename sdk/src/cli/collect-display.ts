@@ -71,7 +71,9 @@ export function summaryLines(summary: CollectSummary): string[] {
   const lines = [
     summary.status === "complete"
       ? `collection ${summary.runId} complete: ${summary.ended}/${summary.total} rollouts ended`
-      : `collection ${summary.runId} stopped at ${summary.ended}/${summary.total} rollouts${summary.stopCheckpoint === true ? " (checkpoint published: continue with --resume)" : ""}`,
+      : summary.status === "failing"
+        ? `collection ${summary.runId} stopped at ${summary.ended}/${summary.total} rollouts: the last ${summary.failureStreak?.rollouts ?? 0} failed the same way (not written: a --resume sends them again)`
+        : `collection ${summary.runId} stopped at ${summary.ended}/${summary.total} rollouts${summary.stopCheckpoint === true ? " (checkpoint published: continue with --resume)" : ""}`,
     `  finished ${summary.finished}, failed ${summary.failed}, mean reward ${summary.meanReward === null ? "-" : summary.meanReward.toFixed(4)}`,
     `  this session (${summary.session}): ${seconds(summary.elapsedSeconds)}, ${summary.rate.toFixed(1)} rollouts/s, ${summary.restored} restored, ${summary.fenced} fenced`,
     `  checkpoints: ${summary.checkpoints.published} published, ${summary.checkpoints.missed} missed, ${summary.checkpoints.failed} failed`,

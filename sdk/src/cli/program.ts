@@ -195,7 +195,7 @@ function buildProgram(handlers: Handlers): Command {
   program
     .command("collect")
     .description(
-      "run every row of a JSONL task file through the deployment, one output row per rollout; checkpoints on SIGUSR1, checkpoint-and-stop on SIGTERM (exit 75)",
+      "run every row of a JSONL task file through the deployment, one output row per rollout; checkpoints on SIGUSR1, checkpoint-and-stop on SIGTERM (exit 75), stops when rollouts keep failing the same way (exit 3)",
     )
     .argument("<tasks>", "the JSON Lines file of tasks (one object per line)")
     .option("--output <file>", "where rows go (default: rollouts.jsonl in --checkpoint-dir)")
@@ -214,6 +214,11 @@ function buildProgram(handlers: Handlers): Command {
     .option("--resume", "continue the run --checkpoint-dir holds (a new one when it holds none)")
     .option("--reset", "discard the run --checkpoint-dir holds and the output, then start over")
     .option("--max-attempts <n>", "sends of a row without a reply before it fails", "3")
+    .option(
+      "--max-failures <n>",
+      "stop (exit 3) once this many rollouts in a row failed the same way; 0 or none: never",
+      "20",
+    )
     .option("--step-timeout <duration>", "bound on each checkpoint step", "60s")
     .option("--run-timeout <duration>", "bound on one /run (default: 1h)")
     .option("--json", "print the summary as JSON")

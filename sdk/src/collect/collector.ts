@@ -23,18 +23,40 @@ import {
 import type { ServerClient } from "../client/server-client.js";
 import { episodeId, nextAttempt, type EpisodeId } from "../identity/episode-id.js";
 import { deferred, type Deferred } from "../util/deferred.js";
+import { didYouMean } from "../util/did-you-mean.js";
 import { Mutex } from "../util/mutex.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan } from "../telemetry/spans.js";
 import { CollectionDir, type CollectionManifest, type RowEpisode } from "./collection-dir.js";
 import { DispatchLog } from "./dispatch-log.js";
+import { DEFAULT_MAX_FAILURES, FailureWatch, type FailureStreak } from "./failure-streak.js";
 import { Fencer } from "./fencer.js";
 import { planResume, rowRolloutId } from "./resume-plan.js";
-import { OutputFile, rolloutRow, runOutcome, type RowFailure } from "./rollout-row.js";
-import { readTaskRows, scanTaskFile, type TaskRow, type TaskRowOptions } from "./task-rows.js";
+import {
+  OutputFile,
+  rolloutRow,
+  runOutcome,
+  type RolloutRow,
+  type RowFailure,
+} from "./rollout-row.js";
+import {
+  checkTaskFile,
+  readTaskRows,
+  scanTaskFile,
+  type TaskFileSummary,
+  type TaskRow,
+  type TaskRowOptions,
+} from "./task-rows.js";
 
 /** The `gym collect` exit status of a run stopped by a preemption notice: requeue and resume. */
 export const EXIT_PREEMPTED = 75;
+
+/**
+ * The `gym collect` exit status of a run stopped because its rows kept failing the same way
+ * ({@link CollectOptions.maxFailures}): requeueing would fail again; fix the input or the
+ * servers first.
+ */
+export const EXIT_FAILING = 3;
 
 /** Options of {@link collect} and {@link Collection.start}. */
 export interface CollectOptions {
@@ -69,6 +91,15 @@ export interface CollectOptions {
   readonly reset?: boolean;
   /** Sends of a row that get no reply before it ends as a `no_reply` failure. @default 3 */
   readonly maxAttempts?: number;
+  /**
+   * Stop the run (status `failing`) once this many rollouts in a row, in the order they ended,
+   * failed the same way (same failure kind and error code): the dataset or the deployment is
+   * wrong, and going on would only write a failure row per row. Lowered to the run's rollouts
+   * when it has fewer. The rollouts of the streak get no output row, so a resume sends them
+   * again; failure rows are held back until the streak breaks. 0 turns the check off.
+   * @default 20
+   */
+  readonly maxFailures?: number;
   /** Bound on each coordination step (prepare, commit, restore...), in ms. @default 60_000 */
   readonly stepTimeoutMs?: number;
   /** Bound on one `/run`, in ms. @default the client's data timeout */
@@ -141,8 +172,13 @@ export interface CollectProgress {
 
 /** How a run ended. */
 export interface CollectSummary extends CollectProgress {
-  /** `complete`: every rollout has its row; `stopped`: stopped by {@link Collection.stop}. */
-  readonly status: "complete" | "stopped";
+  /**
+   * `complete`: every rollout has its row; `stopped`: stopped by {@link Collection.stop};
+   * `failing`: stopped because rollouts kept failing the same way ({@link failureStreak}).
+   */
+  readonly status: "complete" | "stopped" | "failing";
+  /** How the rollouts that stopped a `failing` run failed; null otherwise. */
+  readonly failureStreak: FailureStreak | null;
   readonly output: string;
   readonly checkpointDir: string | null;
   /** Rows restored from the latest checkpoint at the start of this session. */
@@ -189,6 +225,7 @@ export class Collection {
   readonly #concurrency: number;
   readonly #repeats: number;
   readonly #maxAttempts: number;
+  readonly #maxFailures: number;
   readonly #stepMs: number;
   readonly #rowOptions: TaskRowOptions;
   readonly #defaultEnvironment: string;
@@ -196,6 +233,8 @@ export class Collection {
   #session = 1;
   #total = 0;
   #output!: OutputFile;
+  #watch = new FailureWatch(0);
+  #failing: FailureStreak | null = null;
   #dispatch: DispatchLog | null = null;
   #source: AsyncGenerator<TaskRow> | null = null;
   #sourceRow: TaskRow | null = null;
@@ -235,6 +274,7 @@ export class Collection {
     this.#concurrency = positive(options.concurrency ?? 16, "concurrency");
     this.#repeats = positive(options.repeats ?? 1, "repeats");
     this.#maxAttempts = positive(options.maxAttempts ?? 3, "maxAttempts");
+    this.#maxFailures = nonNegative(options.maxFailures ?? DEFAULT_MAX_FAILURES, "maxFailures");
     this.#stepMs = positive(options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS, "stepTimeoutMs");
     this.#rowOptions = {
       routeField: options.routeField ?? "environment",
@@ -276,15 +316,16 @@ export class Collection {
 
   #pickEnvironment(): string {
     const servers = this.#options.client.deployment.servers;
-    const environments = Object.keys(servers)
-      .filter((name) => servers[name]?.kind === "environment")
-      .sort();
+    const environments = environmentServers(servers);
     const named = this.#options.environment;
     if (named !== undefined) {
       if (!environments.includes(named)) {
-        throw new CollectError(
-          `the deployment has no environment server ${JSON.stringify(named)}`,
-          `its environment servers: ${environments.join(", ") || "none"}`,
+        throw unknownEnvironment(
+          `--environment names ${JSON.stringify(named)}`,
+          named,
+          servers,
+          environments,
+          "pass one of them",
         );
       }
       return named;
@@ -296,6 +337,8 @@ export class Collection {
   async #open(): Promise<void> {
     const options = this.#options;
     const dir = this.#dir;
+    // First: a mistyped input path must not cost the run a --reset is about to discard.
+    await checkTaskFile(options.input);
     let run = dir === null ? null : await dir.readRun();
     if (run !== null && options.resume !== true && options.reset !== true) {
       throw new CollectError(
@@ -342,7 +385,7 @@ export class Collection {
         ...plan.fence.map((entry) => entry.row),
       ]);
       const scanned = await scanTaskFile(options.input, this.#rowOptions, keep);
-      this.#checkEnvironments(scanned.environments, scanned.unrouted);
+      this.#checkEnvironments(scanned);
       if (run !== null && (run.input_digest !== scanned.digest || run.repeats !== this.#repeats)) {
         throw new CollectError(
           `the input or --repeats changed since run ${run.run_id} started`,
@@ -352,6 +395,7 @@ export class Collection {
       this.#runId = runId;
       this.#session = (run?.session ?? 0) + 1;
       this.#total = scanned.rows * this.#repeats;
+      this.#watch = new FailureWatch(Math.min(this.#maxFailures, this.#total));
       if (dir !== null) {
         await dir.createRun({
           format: 1,
@@ -386,12 +430,19 @@ export class Collection {
     }
   }
 
-  #checkEnvironments(named: readonly string[], unrouted: number): void {
+  #checkEnvironments(scanned: TaskFileSummary): void {
     const servers = this.#options.client.deployment.servers;
-    for (const name of named) {
+    const environments = environmentServers(servers);
+    const unrouted = scanned.unrouted;
+    for (const name of scanned.environments) {
       if (servers[name]?.kind !== "environment") {
-        throw new CollectError(
-          `rows name ${JSON.stringify(name)} in "${this.#rowOptions.routeField}", which is not an environment server of the deployment`,
+        const line = scanned.firstLines.get(name);
+        throw unknownEnvironment(
+          `rows name ${JSON.stringify(name)} in "${this.#rowOptions.routeField}"${line === undefined ? "" : ` (first at ${this.#options.input}:${line})`}`,
+          name,
+          servers,
+          environments,
+          `fix the rows' "${this.#rowOptions.routeField}" (or drop it and pass --environment NAME)`,
         );
       }
     }
@@ -556,6 +607,8 @@ export class Collection {
       const workers = Array.from({ length: this.#concurrency }, () => this.#worker());
       await Promise.all(workers);
       await this.#fencer?.idle();
+      // Failures held back by the watch that never made a streak are ordinary failure rows.
+      if (this.#failing === null) await this.#write(this.#watch.drain());
       if (!this.#stopping) await this.#forgetEverything();
     } finally {
       if (this.#timer !== null) clearInterval(this.#timer);
@@ -564,7 +617,8 @@ export class Collection {
     }
     return {
       ...this.progress(),
-      status: this.#stopping ? "stopped" : "complete",
+      status: this.#failing !== null ? "failing" : this.#stopping ? "stopped" : "complete",
+      failureStreak: this.#failing,
       output: this.#options.output,
       checkpointDir: this.#dir?.dir ?? null,
       restored: this.#restoredCount,
@@ -706,7 +760,9 @@ export class Collection {
     result: unknown,
     failure: RowFailure | null,
   ): Promise<void> {
-    const written = await this.#output.write(
+    // After a failure stop, a late failure is left to the resume like the streak's own rows.
+    if (this.#failing !== null && failure !== null) return;
+    const verdict = this.#watch.ended(
       rolloutRow(pending.episode, {
         row: pending.row.index,
         repeat: pending.repeat,
@@ -717,7 +773,28 @@ export class Collection {
         failure,
       }),
     );
-    if (written) this.#endedThisSession++;
+    if (verdict.streak !== null && this.#failing === null) this.#stopFailing(verdict.streak);
+    await this.#write(verdict.write);
+  }
+
+  async #write(rows: readonly RolloutRow[]): Promise<void> {
+    const written = await Promise.all(rows.map(async (row) => await this.#output.write(row)));
+    this.#endedThisSession += written.filter(Boolean).length;
+  }
+
+  /**
+   * Rollouts keep failing the same way: stop at once, without a checkpoint (the deployment may
+   * be what fails). Rows in flight are abandoned to the next `--resume`, which fences them, as
+   * it does the streak's rollouts, which get no output row.
+   */
+  #stopFailing(streak: FailureStreak): void {
+    this.#failing = streak;
+    this.#log.info({ streak }, "rollouts keep failing the same way; the run stops");
+    this.#stopping = true;
+    this.#abort.abort(new Error("the collection stopped: rollouts keep failing the same way"));
+    this.#resumed.resolve();
+    this.#wake();
+    this.#fencer?.stop();
   }
 
   /**
@@ -941,7 +1018,9 @@ export class Collection {
   /** Where the run stands now. */
   progress(): CollectProgress {
     const totals = this.#output.totals;
-    const ended = totals.finished + totals.failed;
+    // Failure rows the watch holds back have ended, though they are not written yet.
+    const failed = totals.failed + this.#watch.held;
+    const ended = totals.finished + failed;
     const elapsedSeconds = (performance.now() - this.#startedAt) / 1000;
     const rate = elapsedSeconds > 0 ? this.#endedThisSession / elapsedSeconds : 0;
     const left = Math.max(0, this.#total - ended);
@@ -951,7 +1030,7 @@ export class Collection {
       total: this.#total,
       ended,
       finished: totals.finished,
-      failed: totals.failed,
+      failed,
       inFlight: this.#inFlight.size,
       fencing: this.#fencer?.size ?? 0,
       rate,
@@ -971,6 +1050,43 @@ function noReply(message: string, attempts: number): RowFailure {
     status: null,
     message: `${message} (${attempts} attempt(s) without a reply)`,
   };
+}
+
+/** The names of the deployment's environment servers, sorted. */
+function environmentServers(
+  servers: Readonly<Record<string, { readonly kind: string }>>,
+): string[] {
+  return Object.keys(servers)
+    .filter((name) => servers[name]?.kind === "environment")
+    .sort();
+}
+
+/** A server name that is not an environment server: what it is, and what the deployment has. */
+function unknownEnvironment(
+  what: string,
+  name: string,
+  servers: Readonly<Record<string, { readonly kind: string }>>,
+  environments: readonly string[],
+  todo: string,
+): CollectError {
+  const kind = servers[name]?.kind;
+  const problem =
+    kind === undefined
+      ? `the deployment has no server ${JSON.stringify(name)}${didYouMean(name, environments)}`
+      : `${JSON.stringify(name)} is a ${kind} server, not an environment server`;
+  return new CollectError(
+    `${what}: ${problem}`,
+    environments.length === 0
+      ? "the deployment has no environment server: add one to the deployment file"
+      : `its environment servers: ${environments.join(", ")}; ${todo}`,
+  );
+}
+
+function nonNegative(value: number, name: string): number {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new CollectError(`${name} must be a whole number (0 or more), got ${value}`);
+  }
+  return value;
 }
 
 function positive(value: number, name: string): number {

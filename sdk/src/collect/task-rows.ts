@@ -6,20 +6,64 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import type { TaskId } from "../wire/environment.js";
 
-/** A row of the input that cannot be sent, named by its line. */
+/**
+ * A row of the input that cannot be sent, named by its line; or (line 0) an input that cannot
+ * be read at all, from {@link TaskFileError.unreadable}.
+ */
 export class TaskFileError extends Error {
   override readonly name = "TaskFileError";
   constructor(
     readonly file: string,
     /** 1-based line number, or 0 for the file as a whole. */
     readonly line: number,
+    /** What is wrong: with the file and line in front, unless `line` is 0 (then it is all). */
     detail: string,
+    options?: ErrorOptions,
   ) {
-    super(line === 0 ? `${file}: ${detail}` : `${file}:${line}: ${detail}`);
+    super(line === 0 ? detail : `${file}:${line}: ${detail}`, options);
+  }
+
+  /** The input cannot be opened (`error` from the file system): missing, a directory, denied. */
+  static unreadable(file: string, error: NodeJS.ErrnoException): TaskFileError {
+    const detail =
+      error.code === "ENOENT" || error.code === "ENOTDIR"
+        ? `no such file: ${file}`
+        : error.code === "EISDIR"
+          ? `${file} is a directory, not a file of tasks`
+          : error.code === "EACCES" || error.code === "EPERM"
+            ? `cannot read ${file}: permission denied`
+            : `cannot read ${file}: ${error.message}`;
+    return new TaskFileError(file, 0, detail, { cause: error });
+  }
+}
+
+/** What reading `file` threw, as a {@link TaskFileError} when the file system refused it. */
+function unreadableOr(file: string, error: unknown): unknown {
+  const code = (error as NodeJS.ErrnoException).code;
+  return code !== undefined && ["ENOENT", "ENOTDIR", "EISDIR", "EACCES", "EPERM"].includes(code)
+    ? TaskFileError.unreadable(file, error as NodeJS.ErrnoException)
+    : error;
+}
+
+/** Throws {@link TaskFileError.unreadable} unless `file` can be opened and is not a directory. */
+export async function checkTaskFile(file: string): Promise<void> {
+  let handle: FileHandle;
+  try {
+    handle = await open(file, "r");
+  } catch (error) {
+    throw unreadableOr(file, error);
+  }
+  try {
+    if ((await handle.stat()).isDirectory()) {
+      throw new TaskFileError(file, 0, `${file} is a directory, not a file of tasks`);
+    }
+  } finally {
+    await handle.close();
   }
 }
 
@@ -48,6 +92,8 @@ export interface TaskFileSummary {
   readonly digest: string;
   /** Environment servers named by rows (routing field), sorted. */
   readonly environments: readonly string[];
+  /** The first line naming each of {@link environments}. */
+  readonly firstLines: ReadonlyMap<string, number>;
   /** Rows that name no environment server (they go to the run's default). */
   readonly unrouted: number;
 }
@@ -158,27 +204,25 @@ export async function scanTaskFile(
   keep: ReadonlySet<number> = new Set(),
 ): Promise<TaskFileSummary & { readonly kept: ReadonlyMap<number, TaskRow> }> {
   const hash = createHash("sha256");
-  const environments = new Set<string>();
+  const firstLines = new Map<string, number>();
   const kept = new Map<number, TaskRow>();
   let rows = 0;
   let unrouted = 0;
   try {
     for await (const row of readTaskRows(file, options, (chunk) => hash.update(chunk))) {
-      if (row.environment !== null) environments.add(row.environment);
-      else unrouted++;
+      if (row.environment === null) unrouted++;
+      else if (!firstLines.has(row.environment)) firstLines.set(row.environment, row.line);
       if (keep.has(row.index)) kept.set(row.index, row);
       rows++;
     }
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") {
-      throw new TaskFileError(file, 0, "no such file");
-    }
-    throw error;
+    throw unreadableOr(file, error);
   }
   return {
     rows,
     digest: hash.digest("hex"),
-    environments: [...environments].sort(),
+    environments: [...firstLines.keys()].sort(),
+    firstLines,
     unrouted,
     kept,
   };

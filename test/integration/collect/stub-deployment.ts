@@ -1,6 +1,7 @@
 /**
  * A one-server deployment whose environment server is scripted: each `/run` attempt replies,
- * drops its connection, is refused with `admission_closed`, or hangs until released; the control
+ * drops its connection, is refused with `admission_closed` or `invalid_request` (a row missing
+ * a task field), or hangs until released; the control
  * routes record every operation and answer as told (prepare ready or not, restore refused or
  * not). For the collector paths real servers reach only under faults.
  */
@@ -12,7 +13,7 @@ import { CONTROL_PREFIX } from "#sdk/wire/control.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 
 /** What an attempt's `/run` does. */
-export type RunBehaviour = "reply" | "drop" | "admission_closed" | "hang";
+export type RunBehaviour = "reply" | "drop" | "admission_closed" | "invalid" | "hang";
 
 /** One `/run` the stub received. */
 export interface ReceivedRun {
@@ -75,10 +76,20 @@ export class StubDeployment {
   }
 
   get deployment(): ResolvedDeployment {
+    const port = Number(new URL(this.#url).port);
     return {
-      checkpoint: { enabled: true, control_auth_token: TOKEN },
-      servers: { env: { kind: "environment", url: this.#url, config: {} } },
-    } as unknown as ResolvedDeployment;
+      checkpoint: { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: 600 },
+      servers: {
+        env: {
+          kind: "environment",
+          url: this.#url,
+          host: "127.0.0.1",
+          port,
+          num_workers: 1,
+          config: {},
+        },
+      },
+    };
   }
 
   /** A client and participants for the collector. */
@@ -155,6 +166,10 @@ export class StubDeployment {
           return;
         case "admission_closed":
           return send(409, { error: { code: "admission_closed", detail: "a checkpoint is open" } });
+        case "invalid":
+          return send(422, {
+            error: { code: "invalid_request", detail: "task.task_input.count: Required" },
+          });
         case "hang":
           this.#hanging.push(reply);
           return;
