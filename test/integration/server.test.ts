@@ -393,6 +393,27 @@ describe("documentation", () => {
     expect(res.text).toContain("swagger-ui");
   });
 
+  it("builds its document on the first request for it, once, not at start-up", async () => {
+    class CountingServer extends EchoServer {
+      documents = 0;
+      override openApiDocument(): ReturnType<EchoServer["openApiDocument"]> {
+        this.documents++;
+        return super.openApiDocument();
+      }
+    }
+    const counting = new CountingServer({
+      name: "echo",
+      logLevel: "silent",
+      checkpoint: { enabled: true, control_auth_token: TOKEN },
+    });
+    const app = counting.app();
+    expect(counting.documents).toBe(0);
+    expect((await request(app).get("/openapi.json")).body.paths["/echo"]).toBeDefined();
+    expect((await request(app).get("/docs/")).text).toContain("swagger-ui");
+    expect((await request(app).get("/openapi.json")).status).toBe(200);
+    expect(counting.documents).toBe(1);
+  });
+
   it("lists data routes and, when on, the control routes in /openapi.json", async () => {
     const doc = (await request(server().app()).get("/openapi.json")).body;
     for (const route of CONTROL_ROUTES) expect(doc.paths[route.path]).toBeDefined();

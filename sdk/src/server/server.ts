@@ -21,7 +21,6 @@ import {
   startTelemetry,
 } from "../telemetry/setup.js";
 import { requestTelemetry } from "./request-telemetry.js";
-import swaggerUi from "swagger-ui-express";
 import { z } from "zod";
 import { ServerClient, type ServerClientOptions } from "../client/server-client.js";
 import { ControlPlane } from "../control/control-plane.js";
@@ -29,6 +28,7 @@ import type { Participant } from "../control/participant.js";
 import type { WorkerLink } from "../control/workers/worker-link.js";
 import { ConfigError } from "../errors.js";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
+import { mountOpenApiRoutes } from "./openapi-routes.js";
 import { parseBody } from "../wire/parse.js";
 import type { ResolvedDeployment } from "../wire/deployment.js";
 import type { RouteDoc } from "../wire/route-doc.js";
@@ -542,11 +542,7 @@ export class Server<Config = unknown> {
     this.installKindMiddleware(app);
     this.configureApp(app);
     for (const route of this.#allRoutes()) this.#mount(app, bodies, route);
-    const document = this.openApiDocument();
-    app.get("/openapi.json", (_req, res) => {
-      res.json(document);
-    });
-    app.use("/docs", swaggerUi.serve, swaggerUi.setup(document));
+    mountOpenApiRoutes(app, () => this.openApiDocument());
     app.use(notFoundHandler);
     app.use(errorHandler(this.logger));
     return app;
