@@ -207,6 +207,7 @@ export {
   ACTIVATION_HEADER,
   AgentCloseReplySchema,
   AgentCloseRequestSchema,
+  AgentRunReplySchema,
   AgentRunRequestSchema,
   AgentSeedReplySchema,
   AgentSeedRequestSchema,

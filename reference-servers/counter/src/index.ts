@@ -16,16 +16,26 @@ export default class CounterServer extends SessionStateServer<z.infer<typeof Cou
     return { count: task.initial_count, target: task.target ?? null };
   }
   protected override tools() {
-    const increment = z.strictObject({ count: z.int() }); // required: a model leaving it out is told
     return [
-      this.stateTool("/increment_counter", "Add to this session's counter", increment, (call) => ({
-        success:
-          call.state !== undefined &&
-          call.setState({ ...call.state, count: call.state.count + call.body.count }),
-      })),
-      this.stateTool("/get_counter_value", "Read this session's counter", null, ({ state }) => ({
-        count: state?.count ?? 0,
-      })),
+      this.stateTool({
+        path: "/increment_counter",
+        summary: "Add to this session's counter",
+        request: z.strictObject({ count: z.int() }), // required: a model leaving it out is told
+        reply: z.strictObject({ success: z.boolean() }), // false: a session nobody seeded
+        examples: { request: { count: 2 }, reply: { success: true } },
+        handler: (call) => ({
+          success:
+            call.state !== undefined &&
+            call.setState({ ...call.state, count: call.state.count + call.body.count }),
+        }),
+      }),
+      this.stateTool({
+        path: "/get_counter_value",
+        summary: "Read this session's counter",
+        reply: z.strictObject({ count: z.int() }), // 0 for a session nobody seeded
+        examples: { reply: { count: 2 } },
+        handler: ({ state }) => ({ count: state?.count ?? 0 }),
+      }),
     ];
   }
   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {

@@ -4,33 +4,45 @@
  *
  * @module
  */
+import { z } from "zod";
 
 /** One logged call, as `GET /_ctl/calls` lists it. */
-export interface CallEntry {
-  /** Global index, 0-based, in arrival order. */
-  readonly index: number;
-  /** The call's rollout: `ng_capture.rollout_id`, else the `x-ng-rollout` header, else null. */
-  readonly rollout: string | null;
-  /** `ng_capture.model_call_id`, or null for an uncaptured call. */
-  readonly model_call_id: string | null;
-  readonly n_messages: number;
-  readonly stream: boolean;
-  /** Whether the call is blocked on a hold right now. */
-  held: boolean;
-  /** Tokens this call generated itself (a continuation's reused prefix not included). */
-  generated_tokens: number;
-  /** Whether its whole reply was sent. */
-  returned: boolean;
-  finish_reason: string | null;
-  /** The model call whose cut prefix this call continues (from its admission), or null. */
-  readonly continued_from: string | null;
-  /** How many generated tokens of that prefix it reused (0 when it regenerated). */
-  reused_prefix_tokens: number;
-  /** The capture outcome: `staged`, `capture_failed`, or null for an uncaptured call. */
-  capture: "staged" | "capture_failed" | null;
-  /** Why capture failed, when it did. */
-  capture_error: string | null;
-}
+export const CallEntrySchema = z
+  .strictObject({
+    index: z.int().meta({ description: "Global index, 0-based, in arrival order." }),
+    rollout: z.string().nullable().meta({
+      description:
+        "The call's rollout: `ng_capture.rollout_id`, else the `x-ng-rollout` header, else null.",
+    }),
+    model_call_id: z
+      .string()
+      .nullable()
+      .meta({ description: "`ng_capture.model_call_id`, or null for an uncaptured call." }),
+    n_messages: z.int(),
+    stream: z.boolean(),
+    held: z.boolean().meta({ description: "Whether the call is blocked on a hold right now." }),
+    generated_tokens: z.int().meta({
+      description:
+        "Tokens this call generated itself (a continuation's reused prefix not included).",
+    }),
+    returned: z.boolean().meta({ description: "Whether its whole reply was sent." }),
+    finish_reason: z.string().nullable(),
+    continued_from: z.string().nullable().meta({
+      description:
+        "The model call whose cut prefix this call continues (from its admission), or null.",
+    }),
+    reused_prefix_tokens: z.int().meta({
+      description: "How many generated tokens of that prefix it reused (0 when it regenerated).",
+    }),
+    capture: z.enum(["staged", "capture_failed"]).nullable().meta({
+      description:
+        "The capture outcome: `staged`, `capture_failed`, or null for an uncaptured call.",
+    }),
+    capture_error: z.string().nullable().meta({ description: "Why capture failed, when it did." }),
+  })
+  .meta({ id: "FakeInferenceCall" });
+/** One logged call; the log updates it as the call goes on. */
+export type CallEntry = z.infer<typeof CallEntrySchema>;
 
 /** The fields of a call known on arrival. */
 export type Arrival = Pick<

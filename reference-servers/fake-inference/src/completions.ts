@@ -22,7 +22,7 @@ import {
 } from "./sdk-capture.js";
 import { ChunkStream } from "./sse.js";
 import type { TokenStore } from "./token-store.js";
-import { maxTokensOf, type ChatCompletionRequest } from "./wire.js";
+import { maxTokensOf, type ChatCompletionReply, type ChatCompletionRequest } from "./wire.js";
 
 /** The header naming an uncaptured call's rollout, for holds and scripts. */
 export const ROLLOUT_HEADER = "x-ng-rollout";
@@ -69,7 +69,7 @@ function sameIds(a: readonly number[], b: readonly number[]): boolean {
 export async function completeChat(
   deps: CompletionDeps,
   input: RouteInput<ChatCompletionRequest>,
-): Promise<unknown> {
+): Promise<ChatCompletionReply | undefined> {
   const { body, req, res, signal } = input;
   const admission = body.ng_capture ?? null;
   const stream = body.stream === true;
@@ -141,7 +141,7 @@ async function streamed(turn: Turn, res: RouteInput<unknown>["res"]): Promise<un
   return undefined;
 }
 
-async function captured(turn: Turn, admission: CaptureAdmission): Promise<unknown> {
+async function captured(turn: Turn, admission: CaptureAdmission): Promise<ChatCompletionReply> {
   const { deps, entry } = turn;
   const start = await startCapture({ ...deps, admission });
   if (start.kind === "failed") {
@@ -232,7 +232,7 @@ async function stage(
 }
 
 /** Marks the call answered; returns its finish reason. */
-function settle(turn: Turn, result: Generated): string {
+function settle(turn: Turn, result: Generated): "stop" | "length" | "tool_calls" {
   const reason = result.truncated
     ? "length"
     : turn.plan.message.toolCalls === undefined
@@ -243,7 +243,7 @@ function settle(turn: Turn, result: Generated): string {
   return reason;
 }
 
-function reply(turn: Turn, result: Generated, coords: CommitCoords | null): unknown {
+function reply(turn: Turn, result: Generated, coords: CommitCoords | null): ChatCompletionReply {
   const finishReason = settle(turn, result);
   return {
     id: turn.id,

@@ -16,7 +16,7 @@ import {
   type ServerOptions,
 } from "gym-participant-sdk";
 import { z } from "zod";
-import { CallLog } from "./call-log.js";
+import { CallEntrySchema, CallLog } from "./call-log.js";
 import { completeChat, type CompletionDeps } from "./completions.js";
 import { GenerationCutter } from "./generation-cuts.js";
 import { HoldGate, HoldRequestSchema } from "./holds.js";
@@ -25,11 +25,12 @@ import { ScriptSchema, TurnScript } from "./script.js";
 import {
   GENERATION_CUT_ROUTE,
   GenerationCutInventorySchema,
+  GenerationCutReceiptSchema,
   generationCutInventoryFromWire,
   RolloutTokenCapture,
 } from "./sdk-capture.js";
 import { TokenStore } from "./token-store.js";
-import { ChatCompletionRequestSchema } from "./wire.js";
+import { ChatCompletionReplySchema, ChatCompletionRequestSchema } from "./wire.js";
 
 export { ROLLOUT_HEADER } from "./completions.js";
 export { cutStagingKey } from "./generation-cuts.js";
@@ -164,6 +165,7 @@ export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
           "Body key `ng_capture` (a CaptureAdmission) captures the call's tokens; the reply then " +
           "carries `ng_commit_coords`. `stream: true` answers server-sent events (uncaptured only).",
         request: ChatCompletionRequestSchema,
+        reply: ChatCompletionReplySchema,
         rolloutPrefixed: true,
         tag: "inference",
         handler: (input) => completeChat(this.#build().completions, input),
@@ -175,6 +177,7 @@ export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
         request: GenerationCutInventorySchema,
         // A round's inventory lists every call in flight: checked by hand, the schema as fallback.
         parse: generationCutInventoryFromWire,
+        reply: GenerationCutReceiptSchema,
         errors: ["unauthorized"],
         tag: "inference",
         handler: ({ body }) => this.#build().cutter.cut(body),
@@ -223,6 +226,7 @@ export default class FakeInferenceServer extends Server<FakeInferenceConfig> {
         method: "get",
         path: "/_ctl/calls",
         summary: "Every call, logged on arrival",
+        reply: z.strictObject({ calls: z.array(CallEntrySchema) }),
         tag: "test-control",
         handler: () => ({ calls: this.calls.calls() }),
       }),

@@ -5,7 +5,7 @@
  * @module
  */
 import { z } from "zod";
-import { CaptureAdmissionSchema } from "./sdk-capture.js";
+import { CaptureAdmissionSchema, CommitCoordsSchema } from "./sdk-capture.js";
 
 /** The output budget of a call that names none. */
 export const DEFAULT_MAX_TOKENS = 256;
@@ -46,3 +46,37 @@ export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequestSchema>;
 export function maxTokensOf(request: ChatCompletionRequest): number {
   return request.max_completion_tokens ?? request.max_tokens ?? DEFAULT_MAX_TOKENS;
 }
+
+/**
+ * The `POST /v1/chat/completions` reply (without `stream`): one choice, and `ng_commit_coords`
+ * when the call was captured.
+ */
+export const ChatCompletionReplySchema = z
+  .strictObject({
+    id: z.string(),
+    object: z.literal("chat.completion"),
+    created: z.int(),
+    model: z.string(),
+    choices: z.array(
+      z.strictObject({
+        index: z.int(),
+        message: z.strictObject({
+          role: z.literal("assistant"),
+          content: z.string().nullable(),
+          tool_calls: z.array(z.unknown()).optional(),
+        }),
+        logprobs: z.null(),
+        finish_reason: z.enum(["stop", "length", "tool_calls"]),
+      }),
+    ),
+    usage: z.strictObject({
+      prompt_tokens: z.int(),
+      completion_tokens: z.int(),
+      total_tokens: z.int(),
+    }),
+    /** Where the worker staged the call's tokens (a captured call only). */
+    ng_commit_coords: CommitCoordsSchema.optional(),
+  })
+  .meta({ id: "FakeChatCompletionReply" });
+/** A chat completions reply. */
+export type ChatCompletionReply = z.infer<typeof ChatCompletionReplySchema>;

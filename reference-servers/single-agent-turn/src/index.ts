@@ -6,6 +6,8 @@
  */
 import { z } from "zod";
 import {
+  AggregateMetricsReplySchema,
+  AggregateMetricsRequestSchema,
   ConfigError,
   EnvironmentServer,
   dataRoute,
@@ -114,12 +116,18 @@ export default class SingleAgentTurnServer extends EnvironmentServer<SingleAgent
         method: "post",
         path: "/aggregate_metrics",
         summary: "Aggregate verify results (forwarded to the resources server)",
-        // The resources server's own shape (verify responses are objects), checked here so a
-        // bad body is the caller's 422, not a 502 relayed from the resources server.
-        request: z.looseObject({ verify_responses: z.array(z.record(z.string(), z.unknown())) }),
+        // The resources server's own shapes: the body is checked here, so a bad one is the
+        // caller's 422, not a 502 relayed from the resources server; the reply is relayed as is.
+        request: AggregateMetricsRequestSchema,
+        reply: AggregateMetricsReplySchema,
         errors: ["upstream_unreachable", "upstream_error"],
         handler: ({ body, signal }) =>
-          this.client.post(this.settings.resources_server, "/aggregate_metrics", body, { signal }),
+          this.client.post<z.infer<typeof AggregateMetricsReplySchema>>(
+            this.settings.resources_server,
+            "/aggregate_metrics",
+            body,
+            { signal },
+          ),
       }),
     ];
   }

@@ -24,6 +24,8 @@ export default class WeatherServer extends ResourcesServer {
         path: "/get_weather",
         summary: "The weather in a city",
         request: z.strictObject({ city: z.string().min(1) }),
+        reply: z.strictObject({ city: z.string(), temperature_c: z.int() }),
+        examples: { request: { city: "Paris" }, reply: weatherOf("Paris") },
         handler: ({ body }) => weatherOf(body.city),
       }),
     ];

@@ -39,6 +39,7 @@ import { parseCookieHeader, setCookieLines, type CookieJar } from "../util/cooki
 import { RESTART_HEADER } from "../wire/checkpoint-headers.js";
 import {
   ACTIVATION_HEADER,
+  AgentRunReplySchema,
   AgentSeedRequestSchema,
   agentSeedRequestFromWire,
   type AgentCloseReply,
@@ -72,6 +73,7 @@ import {
 } from "./agent/agent-hooks.js";
 import { installRestartTracking } from "./agent/restart-tracking.js";
 import type { DataRoute, RouteInput } from "./data-route.js";
+import { AggregateMetricsReplySchema } from "./resources/aggregate-metrics.js";
 import { rolloutOf, type RolloutContext } from "./rollout-prefix.js";
 import { Server, type ServerOptions } from "./server.js";
 
@@ -190,6 +192,24 @@ export abstract class AgentServer<
   }
 
   /**
+   * The schema of what {@link legacyRun} answers, shown as the `/run` reply in the server's
+   * OpenAPI document (not checked at run time). @default {@link AgentRunReplySchema}: the
+   * verify response, at least `reward`
+   */
+  protected legacyRunReplySchema(): z.ZodType {
+    return AgentRunReplySchema;
+  }
+
+  /**
+   * The schema of what {@link aggregateMetrics} answers, shown as the `/aggregate_metrics`
+   * reply in the server's OpenAPI document (not checked at run time).
+   * @default {@link AggregateMetricsReplySchema}, a resources server's aggregation
+   */
+  protected aggregateMetricsReplySchema(): z.ZodType {
+    return AggregateMetricsReplySchema;
+  }
+
+  /**
    * Session hook: describes every named session (never a `run:` key) as an object of JSON
    * values, as of the checkpoint. Read the state with {@link sessionView}. The values are
    * checked as the commit writes them: one that is not JSON fails the commit with 422 naming
@@ -291,6 +311,8 @@ export abstract class AgentServer<
         this.aggregateMetrics === AgentServer.prototype.aggregateMetrics
           ? null
           : (input) => this.aggregateMetrics(input),
+      runReply: this.legacyRunReplySchema(),
+      aggregateMetricsReply: this.aggregateMetricsReplySchema(),
     });
   }
 

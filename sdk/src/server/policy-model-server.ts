@@ -16,7 +16,7 @@ import { assistantFingerprint, conversationDigest } from "../capture/fingerprint
 import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
 import { InvalidLedgerKeyError, RolloutRetiredError } from "../capture/ledger/errors.js";
 import { CaptureError } from "../capture/capture-error.js";
-import { CommitCoordsSchema } from "../capture/records.js";
+import { CallRecordSchema, CommitCoordsSchema } from "../capture/records.js";
 import { ConfigError, DetailError, EpisodeError, InvalidRequestError } from "../errors.js";
 import type { EpisodeId } from "../identity/episode-id.js";
 import type { Ticket } from "../participants/model/policy-gate.js";
@@ -26,8 +26,9 @@ import {
 } from "../participants/model/policy-participant.js";
 import type { CutService } from "../participants/model/cut-service.js";
 import type { CutClaim } from "../participants/model/restored-cuts.js";
+import { ResponsesReplySchema } from "../wire/agent.js";
 import { bearerAuth } from "./bearer-auth.js";
-import { dataRoute, type DataRoute, type RouteInput } from "./data-route.js";
+import { dataRoute, documentedReply, type DataRoute, type RouteInput } from "./data-route.js";
 import { custodyRow, resolveLineage } from "./model/capture-lineage.js";
 import { restartReason } from "./model/constrained-decoding.js";
 import { CutRequester } from "./model/cut-round.js";
@@ -68,6 +69,36 @@ export type PolicyModelConfig = z.infer<typeof PolicyModelConfigSchema>;
 const LedgerBatchSchema = z
   .strictObject({ rollout_ids: z.array(z.string()).min(1).max(4096) })
   .meta({ id: "LedgerBatch" });
+
+/** What a ledger retire or delete batch answers (the ledger's `LedgerRemoval`). */
+const LedgerRemovalSchema = z
+  .strictObject({
+    removed: z
+      .array(z.string())
+      .readonly()
+      .meta({ description: "Keys whose ledger was removed, in batch order." }),
+    absent: z
+      .array(z.string())
+      .readonly()
+      .meta({ description: "The batch's other keys, in batch order." }),
+  })
+  .meta({ id: "LedgerRemoval" });
+
+/** The token-free capture manifest of one attempt (the ledger's `LedgerManifest`). */
+const LedgerManifestSchema = z
+  .strictObject({
+    schema_version: z.literal(2),
+    rollout_id: z.string().meta({ description: "The capture key the manifest describes." }),
+    records: z.array(CallRecordSchema),
+    failures: z.array(
+      z.strictObject({
+        schema_version: z.literal(2),
+        model_call_id: z.string(),
+        reason: z.string(),
+      }),
+    ),
+  })
+  .meta({ id: "LedgerManifest" });
 
 /** What {@link PolicyModelServer.generate} receives. */
 export interface GenerateInput {
@@ -202,8 +233,10 @@ export class PolicyModelServer<
         description:
           "Also served under /ng-rollout/{capture_key}/ and /ng-rollout/{capture_key}/training-token-capture/. " +
           "With checkpointing on, a call waits while a checkpoint is open and its response is held until resume. " +
-          'A failing or unreachable inference backend is 502 with {"detail": "..."}.',
+          'A failing or unreachable inference backend is 502 with {"detail": "..."}. ' +
+          "With `stream: true` (uncaptured calls only) the reply is server-sent events instead.",
         request: PolicyResponsesRequestSchema,
+        reply: documentedReply(ResponsesReplySchema),
         errors: ["invalid_rollout_id", "stale_attempt"],
         rolloutPrefixed: true,
         tag: "model",
@@ -541,6 +574,7 @@ export class PolicyModelServer<
         path: `${LEDGER_CONTROL_PREFIX}/rollouts/${op}`,
         summary: op === "retire" ? "Retire capture ledgers (fenced)" : "Delete capture ledgers",
         request: LedgerBatchSchema,
+        reply: LedgerRemovalSchema,
         before: [auth],
         tag: "capture",
         handler: async ({ body }) => {
@@ -561,6 +595,8 @@ export class PolicyModelServer<
         method: "get",
         path: `${LEDGER_CONTROL_PREFIX}/rollouts/:rollout_id/manifest`,
         summary: "The capture manifest of one attempt",
+        // Its records are CallRecord-shaped rows, not parsed here: documented, not typed.
+        reply: documentedReply(LedgerManifestSchema),
         before: [auth],
         tag: "capture",
         handler: async ({ req }) => {

@@ -193,6 +193,16 @@ export const AgentRunRequestSchema = z
 export type AgentRunRequest = z.infer<typeof AgentRunRequestSchema>;
 
 /**
+ * The legacy `/run` reply: the verify response of the episode (at least `reward`), with whatever
+ * other fields the verifier and the agent add.
+ */
+export const AgentRunReplySchema = z.looseObject({ reward: z.number() }).meta({
+  id: "AgentRunReply",
+  description: "The verify response of the episode: at least `reward`; other fields are kept.",
+  example: { reward: 1, mask_sample: false, failure_kind: null, failure_reason: null },
+});
+
+/**
  * Parses an `x-ng-agent-activation` value: a positive decimal integer, or null when invalid.
  */
 export function parseActivationIndex(value: string): number | null {

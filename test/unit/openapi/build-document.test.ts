@@ -183,6 +183,26 @@ describe("buildOpenApiDocument: control routes", () => {
   });
 });
 
+const CONTROL_FILE = fileURLToPath(new URL("../../../openapi/checkpoint-control.json", import.meta.url));
+
+/**
+ * Whether a schema says what a reply is: a type, a constant or enumeration, a reference to a
+ * component that does, or a combination of such. `{}` (any JSON) and a schema holding only a
+ * description do not.
+ */
+function isTyped(document: OpenAPIObject, schema: unknown, seen = new Set<string>()): boolean {
+  if (typeof schema !== "object" || schema === null) return false;
+  const s = schema as SchemaObject & { $ref?: string };
+  if (typeof s.$ref === "string") {
+    const id = s.$ref.slice("#/components/schemas/".length);
+    if (seen.has(id)) return true; // a cycle: its other members decide
+    return isTyped(document, document.components?.schemas?.[id], new Set([...seen, id]));
+  }
+  if (s.type !== undefined || s.const !== undefined || s.enum !== undefined) return true;
+  const members = s.anyOf ?? s.oneOf ?? s.allOf;
+  return members !== undefined && members.length > 0 && members.every((m) => isTyped(document, m, seen));
+}
+
 describe("the committed reference server documents (openapi/reference)", () => {
   const dir = fileURLToPath(new URL("../../../openapi/reference/", import.meta.url));
   const expected = ["counter", "counter_env", "inference", "policy", "simple_agent", "weather", "weather_env"];
@@ -193,6 +213,27 @@ describe("the committed reference server documents (openapi/reference)", () => {
     for (const file of files) {
       await expectValid(JSON.parse(await readFile(path.join(dir, file), "utf8")) as OpenAPIObject);
     }
+  });
+
+  it("type every 2xx reply of every route (no empty or untyped schema)", async () => {
+    const untyped: string[] = [];
+    for (const file of [...expected.map((name) => path.join(dir, `${name}.json`)), CONTROL_FILE]) {
+      const document = JSON.parse(await readFile(file, "utf8")) as OpenAPIObject;
+      for (const [route, item] of Object.entries(document.paths ?? {})) {
+        for (const [method, op] of Object.entries(item as Record<string, OperationObject>)) {
+          for (const [status, value] of Object.entries(op.responses ?? {})) {
+            if (!status.startsWith("2")) continue;
+            const content = (value as ResponseObject).content ?? {};
+            const where = `${path.basename(file)}: ${method.toUpperCase()} ${route} ${status}`;
+            if (Object.keys(content).length === 0) untyped.push(`${where}: no content`);
+            for (const [media, body] of Object.entries(content)) {
+              if (!isTyped(document, body.schema)) untyped.push(`${where} ${media}`);
+            }
+          }
+        }
+      }
+    }
+    expect(untyped).toEqual([]);
   });
 
   it("document the control routes on participants and the upstream failures on the session routes", async () => {

@@ -7,6 +7,7 @@ import { z } from "zod";
 import {
   AgentCloseReplySchema,
   AgentCloseRequestSchema,
+  AgentRunReplySchema,
   AgentRunRequestSchema,
   AgentSeedReplySchema,
   AgentSeedRequestSchema,
@@ -20,6 +21,7 @@ import {
   type ResponsesCreateRequest,
 } from "../../wire/agent.js";
 import { dataRoute, documentedReply, type DataRoute, type RouteInput } from "../data-route.js";
+import { AggregateMetricsReplySchema } from "../resources/aggregate-metrics.js";
 
 /** The handlers behind an agent's routes; a null optional handler leaves its route out. */
 export interface AgentRouteHandlers {
@@ -28,6 +30,10 @@ export interface AgentRouteHandlers {
   responses(input: RouteInput<ResponsesCreateRequest>): Promise<unknown>;
   readonly run: ((input: RouteInput<AgentRunRequest>) => Promise<unknown>) | null;
   readonly aggregateMetrics: ((input: RouteInput<unknown>) => unknown) | null;
+  /** What `/run` answers, as documented. @default {@link AgentRunReplySchema} */
+  readonly runReply?: z.ZodType;
+  /** What `/aggregate_metrics` answers, as documented. @default {@link AggregateMetricsReplySchema} */
+  readonly aggregateMetricsReply?: z.ZodType;
 }
 
 /** The agent's data routes over `handlers`. */
@@ -85,6 +91,7 @@ export function agentRoutes(handlers: AgentRouteHandlers): DataRoute[] {
         path: "/run",
         summary: "Run a whole episode (legacy)",
         request: AgentRunRequestSchema,
+        reply: documentedReply(handlers.runReply ?? AgentRunReplySchema),
         errors: [
           "rollout_id_required",
           "invalid_rollout_id",
@@ -106,6 +113,7 @@ export function agentRoutes(handlers: AgentRouteHandlers): DataRoute[] {
         path: "/aggregate_metrics",
         summary: "Aggregate metrics",
         request: z.unknown(),
+        reply: documentedReply(handlers.aggregateMetricsReply ?? AggregateMetricsReplySchema),
         errors: ["upstream_unreachable", "upstream_error"],
         handler: (input) => aggregate(input),
       }),
