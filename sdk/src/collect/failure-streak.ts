@@ -24,6 +24,7 @@ export const DEFAULT_MAX_FAILURES = 20;
 
 /** The failures that stopped a run: `rollouts` rollouts in a row failed this same way. */
 export interface FailureStreak {
+  /** How each of them failed (see {@link FailureKind}). */
   readonly kind: FailureKind;
   /** The error envelope's code (`invalid_request`, ...), when a server refused. */
   readonly code: string | null;
