@@ -74,6 +74,11 @@ afterAll(async () => {
   rmSync(run.dir, { recursive: true, force: true });
 });
 
+/** The live sessions the agent's status counts (every worker's, with several). */
+async function agentSessions(): Promise<number | undefined> {
+  return (await statusOf(participants, "simple_agent")).report.counts.sessions;
+}
+
 function callsOf(calls: readonly BackendCall[], key: string): BackendCall[] {
   return calls.filter((call) => call.rollout === key);
 }
@@ -118,6 +123,13 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     for (const [key, call] of await run.heldCalls(held.map((r) => r.key()))) {
       cutCalls.set(key, call);
     }
+    // Admission is open: the agent's status counts each held rollout's live session, whichever
+    // worker holds it.
+    await until(
+      "the agent's status to count the held sessions",
+      async () => (await agentSessions()) === held.length,
+      10_000,
+    );
 
     // `finishing` runs free (the held calls keep their hold) until its verify reaches a stopped
     // counter: stop the agent so its seed is known done, then the counter, then let it go on.
@@ -366,5 +378,14 @@ describe.sequential("crash and continue (reference deployment)", { timeout: 120_
     const replacement = callsOf(await run.calls(), stateless.key(1));
     expect(replacement[0]?.continued_from).toBe(cut.model_call_id);
     expect(rewardOf(outcomes.get(stateless.id) as RunOutcome)).toBe(0);
+  });
+
+  it("counts no live agent session once the restored rollouts closed theirs", async () => {
+    // The last restore installed two sessions; both replacements ran and closed them.
+    await until(
+      "the agent's status to count no session",
+      async () => (await agentSessions()) === 0,
+      10_000,
+    );
   });
 });

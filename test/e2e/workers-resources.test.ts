@@ -43,6 +43,12 @@ function seedBody(i: number, attempt = 0): Record<string, unknown> {
 
 const VERIFY = { responses_create_params: { input: [] }, response: { output: [] } };
 
+/** The sessions the counter's status counts (every worker's, with several). */
+async function sessionCount(run: CounterDeployment): Promise<number> {
+  const status = await run.control("status");
+  return (status.body.report as { counts: Record<string, number> }).counts.sessions ?? -1;
+}
+
 /** Seeds fresh sessions (new rollouts) until the cookies have named `count` owners. */
 async function ownersOfLiveWorkers(url: string, count: number): Promise<string[]> {
   const owners = new Set<string>();
@@ -90,6 +96,11 @@ describe.each([
     for (const [i, cookie] of cookies.entries()) {
       expect(decodeSessionCookie(cookie.slice(cookie.indexOf("=") + 1), key)).toBe(`s${i}`);
     }
+    // Live sessions are counted while admission is open, whichever worker holds them.
+    expect(
+      await waitFor(async () => (await sessionCount(run)) === SESSIONS, 10_000),
+      "status counts every live session",
+    ).toBe(true);
     const ownersBefore = cookies.map(cookieOwner);
     // One process names no owner (its cookies are unchanged); several spread the sessions.
     expect(new Set(ownersBefore).size).toBe(before === 1 ? 1 : before);
@@ -162,6 +173,12 @@ describe.each([
       const verified = await postFresh(run.url, `/ng-rollout/r${i}-a1/verify`, VERIFY, { cookie });
       expect((verified.body as { reward: number }).reward, `session ${i}`).toBe(1);
     }
+
+    // Every restored session verified and ended: the count is back to none.
+    expect(
+      await waitFor(async () => (await sessionCount(run)) === 0, 10_000),
+      "status counts no session once all ended",
+    ).toBe(true);
 
     // Each worker refuses the replaced attempt, whichever one a request reaches.
     if (after > 1) {
