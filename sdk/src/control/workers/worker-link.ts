@@ -73,6 +73,8 @@ export class WorkerLink {
   #reportTimer: NodeJS.Timeout | null = null;
   /** Whether the pending report waits out the open interval. */
   #reportThrottled = false;
+  /** While closing or opening: the reply carries the readiness, so no report goes first. */
+  #switching = false;
   readonly #calls = new Map<number, AbortController>();
   #aliases = new Map<string, string>();
   #workers = new Map<string, number>();
@@ -246,6 +248,7 @@ export class WorkerLink {
   }
 
   #scheduleReport(): void {
+    if (this.#switching) return;
     if (this.#reportTimer !== null) {
       // A report throttled while admission was open waits no longer once a checkpoint is open.
       if (!this.#closed || !this.#reportThrottled) return;
@@ -270,10 +273,39 @@ export class WorkerLink {
     try {
       return await work;
     } finally {
-      if (this.#reportTimer !== null) clearTimeout(this.#reportTimer);
-      this.#reportTimer = null;
+      this.#cancelReport();
       this.#report();
     }
+  }
+
+  #cancelReport(): void {
+    if (this.#reportTimer !== null) clearTimeout(this.#reportTimer);
+    this.#reportTimer = null;
+  }
+
+  /**
+   * Closes or opens admission and answers with the readiness after it. No report is sent
+   * meanwhile: the coordinator takes the reply unless a report followed it, so one sent while
+   * the participant was still closing (e.g. before a model's cut round ended) would stand in
+   * for it.
+   */
+  async #switchAdmission(
+    generation: number,
+    closed: boolean,
+    work: () => void | Promise<void>,
+  ): Promise<unknown> {
+    const participant = this.#need();
+    this.#generation = generation;
+    this.#closed = closed;
+    this.#switching = true;
+    try {
+      await work();
+    } finally {
+      this.#switching = false;
+      // What a pending report would say, the reply says.
+      this.#cancelReport();
+    }
+    return participant.readiness();
   }
 
   #report(): void {
@@ -417,20 +449,17 @@ export class WorkerLink {
   /** Reopens and answers with the readiness of the new generation (status reads it). */
   async #open(generation: number): Promise<unknown> {
     const participant = this.#need();
-    this.#closed = false;
-    this.#generation = generation;
-    await participant.openAdmission();
-    return participant.readiness();
+    return await this.#switchAdmission(generation, false, () => participant.openAdmission());
   }
 
   async #close(request: CloseAdmissionRequest, generation: number): Promise<unknown> {
     const participant = this.#need();
     // A claim answered before this close must be adopted first, or the export would miss it.
     await Promise.allSettled([...this.#pendingClaims]);
-    this.#generation = generation;
-    this.#closed = true;
-    await participant.closeAdmission(request);
+    const readiness = await this.#switchAdmission(generation, true, () =>
+      participant.closeAdmission(request),
+    );
     this.#log.debug({ worker: this.index }, "admission closed");
-    return participant.readiness();
+    return readiness;
   }
 }
