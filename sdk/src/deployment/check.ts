@@ -4,7 +4,11 @@
  */
 import { visit, type Document, type LineCounter } from "yaml";
 import { didYouMean } from "../util/did-you-mean.js";
-import { DeploymentServerSchema, SERVER_REFERENCE_SUFFIX } from "../wire/deployment.js";
+import {
+  DeploymentNodeSchema,
+  DeploymentServerSchema,
+  SERVER_REFERENCE_SUFFIX,
+} from "../wire/deployment.js";
 import type { DeploymentProblem } from "./errors.js";
 import { keyText, pathText, startOf } from "./positions.js";
 
@@ -15,6 +19,9 @@ export type LineOf = (segments: readonly PropertyKey[]) => number;
 export interface CheckedServer {
   /** null when the file gives none the schema accepts: nothing to look for. */
   readonly entrypoint: string | null;
+  /** The node it runs on, or null (none given, or not one the schema accepts). */
+  readonly node: string | null;
+  /** The address it binds: its own `host`, else its node's, else 127.0.0.1; "" when not valid. */
   readonly host: string;
   /** 0 (no fixed port to compare) when the file gives none the schema accepts. */
   readonly port: number;
@@ -29,23 +36,96 @@ export interface CheckedServer {
 export function checkableServers(data: unknown): Record<string, CheckedServer> {
   const servers = (data as { servers?: unknown } | null)?.servers;
   if (servers === null || typeof servers !== "object" || Array.isArray(servers)) return {};
+  const nodes = checkableNodes(data);
   const fields = DeploymentServerSchema.shape;
   const checked: Record<string, CheckedServer> = {};
   for (const [name, raw] of Object.entries(servers)) {
     const server = (raw !== null && typeof raw === "object" ? raw : {}) as Record<string, unknown>;
     const entrypoint = fields.entrypoint.safeParse(server.entrypoint);
+    const node = fields.node.safeParse(server.node);
     const host = fields.host.safeParse(server.host);
     const port = fields.port.safeParse(server.port);
     const config = fields.config.safeParse(server.config);
+    const nodeName = node.success ? node.data : null;
     checked[name] = {
       entrypoint: entrypoint.success ? entrypoint.data : null,
-      host: host.success ? host.data : "",
+      node: nodeName,
+      host: host.success
+        ? (host.data ?? (nodeName === null ? null : nodes[nodeName]?.host) ?? "127.0.0.1")
+        : "",
       // A port on a host that is not valid is compared with nothing.
       port: port.success && host.success ? port.data : 0,
       config: config.success ? config.data : {},
     };
   }
   return checked;
+}
+
+/** The nodes of a file, as far as they can be read: name → host ("" when not valid). */
+export function checkableNodes(data: unknown): Record<string, { readonly host: string }> {
+  const nodes = (data as { nodes?: unknown } | null)?.nodes;
+  if (nodes === null || typeof nodes !== "object" || Array.isArray(nodes)) return {};
+  const checked: Record<string, { host: string }> = {};
+  for (const [name, raw] of Object.entries(nodes)) {
+    const host = DeploymentNodeSchema.shape.host.safeParse(
+      (raw as { host?: unknown } | null)?.host,
+    );
+    checked[name] = { host: host.success ? host.data : "" };
+  }
+  return checked;
+}
+
+/**
+ * With `nodes:`, every server names one of them and has a fixed port: the other machines reach
+ * it by its node's host and that port, with nothing exchanged at startup. Without `nodes:`, no
+ * server names a node.
+ */
+export function nodeProblems(
+  data: unknown,
+  servers: Readonly<Record<string, Pick<CheckedServer, "node" | "port">>>,
+  at: LineOf,
+): DeploymentProblem[] {
+  const declared = (data as { nodes?: unknown } | null)?.nodes !== undefined;
+  const nodes = Object.keys(checkableNodes(data));
+  const problems: DeploymentProblem[] = [];
+  const raw = ((data as { servers?: Record<string, { port?: unknown }> } | null)?.servers ??
+    {}) as Record<string, { port?: unknown } | null>;
+  for (const [name, server] of Object.entries(servers)) {
+    if (!declared) {
+      if (server.node !== null) {
+        problems.push({
+          line: at(["servers", name, "node"]),
+          path: `servers.${name}.node`,
+          message: `server ${name} names node '${server.node}', but the deployment has no nodes: block: declare the nodes (nodes: { ${server.node}: { host: ... } }) or drop the node`,
+        });
+      }
+      continue;
+    }
+    if (server.node === null) {
+      problems.push({
+        line: at(["servers", name]),
+        path: `servers.${name}.node`,
+        message: `server ${name} runs on no node: the deployment has nodes (${nodes.join(", ")}), so every server says which it runs on (node: ${nodes[0] ?? "NAME"})`,
+      });
+      continue;
+    }
+    if (!nodes.includes(server.node)) {
+      problems.push({
+        line: at(["servers", name, "node"]),
+        path: `servers.${name}.node`,
+        message: `server ${name} names node '${server.node}', which the deployment does not define${didYouMean(server.node, nodes)} (nodes: ${nodes.join(", ")}): fix the name or add the node`,
+      });
+    }
+    const port = raw[name]?.port;
+    if (port === undefined || port === 0) {
+      problems.push({
+        line: at(port === undefined ? ["servers", name] : ["servers", name, "port"]),
+        path: `servers.${name}.port`,
+        message: `server ${name} needs a fixed port: on a deployment with nodes, other machines reach it at its node's host and port, which nothing chooses for them (e.g. port: 8000)`,
+      });
+    }
+  }
+  return problems;
 }
 
 /**
@@ -137,22 +217,26 @@ export function referenceProblems(
   return problems;
 }
 
-/** A fixed port (not 0) may be given to one server per host. */
+/**
+ * A fixed port (not 0) may be given to one server per host, or per node: two servers of one
+ * node cannot share a port whatever addresses they bind.
+ */
 export function portProblems(
-  servers: Readonly<Record<string, Pick<CheckedServer, "host" | "port">>>,
+  servers: Readonly<Record<string, Pick<CheckedServer, "host" | "port" | "node">>>,
   at: LineOf,
 ): DeploymentProblem[] {
   const problems: DeploymentProblem[] = [];
   const taken = new Map<string, string>();
   for (const [name, server] of Object.entries(servers)) {
     if (server.port === 0) continue;
-    const key = `${server.host}:${server.port}`;
+    const where = server.node === null ? server.host : `node ${server.node}`;
+    const key = `${where}:${server.port}`;
     const other = taken.get(key);
     if (other !== undefined) {
       problems.push({
         line: at(["servers", name, "port"]),
         path: `servers.${name}.port`,
-        message: `port ${server.port} on ${server.host} is also given to server ${other} (line ${at(["servers", other, "port"])}): give each server its own port, or port: 0`,
+        message: `port ${server.port} on ${where} is also given to server ${other} (line ${at(["servers", other, "port"])}): give each server its own port${server.node === null ? ", or port: 0" : ""}`,
       });
     } else {
       taken.set(key, name);

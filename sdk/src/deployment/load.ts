@@ -9,11 +9,17 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument } from "yaml";
-import { DeploymentFileSchema, SERVER_NAME_PATTERN, type ServerKind } from "../wire/deployment.js";
-import type { CheckpointSettings, TelemetrySettings } from "../wire/settings.js";
+import {
+  DeploymentFileSchema,
+  SERVER_NAME_PATTERN,
+  type DeploymentNode,
+  type ServerKind,
+} from "../wire/deployment.js";
+import type { CheckpointSettings, TelemetrySettings, TlsSettings } from "../wire/settings.js";
 import {
   checkableServers,
   duplicateProblems,
+  nodeProblems,
   portProblems,
   referenceProblems,
   serverNameProblem,
@@ -31,9 +37,14 @@ export interface LoadedServer {
   readonly kind: ServerKind;
   /** Absolute path of the module whose default export is the server. */
   readonly entrypoint: string;
+  /** The node it runs on, or null in a deployment without nodes. */
+  readonly node: string | null;
+  /** The address it binds: its own `host`, else its node's, else 127.0.0.1. */
   readonly host: string;
   /** 0: the launcher picks a free port. */
   readonly port: number;
+  /** The URL others reach it at, when the file gives one (else built from host and port). */
+  readonly url: string | null;
   readonly num_workers: number;
   /** Extra Node.js flags of the server's process. */
   readonly node_args: readonly string[];
@@ -57,6 +68,10 @@ export interface LoadedDeployment {
   readonly checkpoint: CheckpointSettings | null;
   /** The `telemetry:` block, or null when absent (the defaults). */
   readonly telemetry: TelemetrySettings | null;
+  /** The `tls:` block with its paths made absolute, or null: plain HTTP. */
+  readonly tls: TlsSettings | null;
+  /** The `nodes:` block, or null in a deployment on one machine. */
+  readonly nodes: Readonly<Record<string, DeploymentNode>> | null;
   /** In file order. */
   readonly servers: Readonly<Record<string, LoadedServer>>;
 }
@@ -69,6 +84,18 @@ export interface LoadOptions {
   readonly checkEntrypoints?: boolean;
   /** The directory a relative `file` is resolved against (it is still shown as given). @default process.cwd() */
   readonly cwd?: string;
+}
+
+/** The `tls:` block with every path resolved against the deployment file's directory. */
+function absoluteTls(tls: TlsSettings, dir: string): TlsSettings {
+  const resolve = (file: string | null): string | null =>
+    file === null ? null : path.resolve(dir, file);
+  return {
+    cert_file: path.resolve(dir, tls.cert_file),
+    key_file: path.resolve(dir, tls.key_file),
+    ca_file: resolve(tls.ca_file),
+    client_ca_file: resolve(tls.client_ca_file),
+  };
 }
 
 function readText(file: string, absolute: string): string {
@@ -148,9 +175,10 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
 
   // The cross checks run on a refused file too, on what of it can be read, so one pass lists
   // every problem rather than the schema's first and the rest after a fix.
-  const checked = parsed.success ? parsed.data.servers : checkableServers(data);
+  const checked = checkableServers(data);
   problems.push(...referenceProblems(checked, at));
   problems.push(...portProblems(checked, at));
+  problems.push(...nodeProblems(data, checked, at));
   const entrypoints: Record<string, string> = {};
   for (const [name, server] of Object.entries(checked)) {
     const badName = serverNameProblem(name, at);
@@ -174,14 +202,18 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
   if (!parsed.success || problems.length > 0) throw new DeploymentFileError(file, problems);
 
   const deployment = parsed.data;
+  const nodes = deployment.nodes ?? null;
   const servers: Record<string, LoadedServer> = {};
   for (const [name, server] of Object.entries(deployment.servers)) {
+    const node = server.node === null ? undefined : nodes?.[server.node];
     servers[name] = {
       name,
       kind: server.kind,
       entrypoint: entrypoints[name] ?? path.resolve(dir, server.entrypoint),
-      host: server.host,
+      node: server.node,
+      host: server.host ?? node?.host ?? "127.0.0.1",
       port: server.port,
+      url: server.url,
       num_workers: server.num_workers,
       node_args: server.node_args,
       config: server.config,
@@ -194,6 +226,8 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
     dir,
     checkpoint: deployment.checkpoint ?? null,
     telemetry: deployment.telemetry ?? null,
+    tls: deployment.tls === undefined ? null : absoluteTls(deployment.tls, dir),
+    nodes,
     servers,
   };
 }

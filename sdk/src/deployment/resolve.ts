@@ -4,11 +4,14 @@
 import type { ResolvedDeployment } from "../wire/deployment.js";
 import type { LoadedDeployment } from "./load.js";
 
-/** The URL other processes reach a server at; a wildcard host is reached through loopback. */
-export function serverUrl(host: string, port: number): string {
+/**
+ * The URL other processes reach a server at; a wildcard host is reached through loopback.
+ * `scheme` is `https` when the deployment has a `tls:` block.
+ */
+export function serverUrl(host: string, port: number, scheme: "http" | "https" = "http"): string {
   const reachable = host === "0.0.0.0" ? "127.0.0.1" : host === "::" ? "::1" : host;
   const bracketed = reachable.includes(":") ? `[${reachable}]` : reachable;
-  return `http://${bracketed}:${port}`;
+  return `${scheme}://${bracketed}:${port}`;
 }
 
 /**
@@ -20,14 +23,18 @@ export function resolveDeployment(
   ports: Readonly<Record<string, number>>,
 ): ResolvedDeployment {
   const servers: ResolvedDeployment["servers"] = {};
+  const scheme = loaded.tls === null ? "http" : "https";
   for (const [name, server] of Object.entries(loaded.servers)) {
     const port = ports[name] ?? server.port;
     if (port === 0) throw new Error(`no port chosen for server ${name}`);
+    // On a node, others reach the server at the node's host even when it binds a wildcard.
+    const nodeHost = server.node === null ? null : (loaded.nodes?.[server.node]?.host ?? null);
     servers[name] = {
       kind: server.kind,
-      url: serverUrl(server.host, port),
+      url: server.url ?? serverUrl(nodeHost ?? server.host, port, scheme),
       host: server.host,
       port,
+      ...(server.node === null ? {} : { node: server.node }),
       num_workers: server.num_workers,
       config: server.config,
     };
@@ -35,6 +42,7 @@ export function resolveDeployment(
   return {
     checkpoint: loaded.checkpoint,
     ...(loaded.telemetry === null ? {} : { telemetry: loaded.telemetry }),
+    ...(loaded.tls === null ? {} : { tls: loaded.tls }),
     servers,
   };
 }

@@ -49,3 +49,28 @@ export const TelemetrySettingsSchema = z
 export type TelemetrySettings = z.infer<typeof TelemetrySettingsSchema>;
 /** What a user writes in the `telemetry:` block. */
 export type TelemetrySettingsInput = z.input<typeof TelemetrySettingsSchema>;
+
+/**
+ * The `tls:` settings block of a deployment file (see docs/multi-host.md): every server serves
+ * HTTPS with this certificate, and every client of the deployment (servers calling each other,
+ * `gym collect`, `gym ckpt`, `gym top`) trusts `ca_file`. Paths are absolute or relative to the
+ * deployment file; `${VAR}` gives each node its own.
+ */
+export const TlsSettingsSchema = z
+  .strictObject({
+    cert_file: z.string().min(1).meta({
+      description: "PEM certificate (chain) the servers present; its names must cover their hosts.",
+    }),
+    key_file: z.string().min(1).meta({ description: "PEM private key of `cert_file`." }),
+    ca_file: z.string().min(1).nullable().default(null).meta({
+      description:
+        "PEM CA certificate(s) clients trust for the servers' certificates. Default: the system's CAs.",
+    }),
+    client_ca_file: z.string().min(1).nullable().default(null).meta({
+      description:
+        "Mutual TLS: servers require a client certificate signed by one of these CAs. Servers and controllers present `cert_file` as theirs.",
+    }),
+  })
+  .meta({ id: "TlsSettings" });
+/** The validated `tls:` block. */
+export type TlsSettings = z.infer<typeof TlsSettingsSchema>;

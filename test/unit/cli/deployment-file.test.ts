@@ -317,7 +317,7 @@ describe("problems and their lines", () => {
     expect(problemsOf(file)[0]).toMatchObject({
       line: 5,
       message: expect.stringMatching(
-        /unknown key 'sever' at the top level.*allowed: checkpoint, telemetry, servers/,
+        /unknown key 'sever' at the top level.*allowed: checkpoint, telemetry, tls, nodes, servers/,
       ),
     });
   });
