@@ -24,6 +24,7 @@ import { duration, positiveDuration } from "./actions.js";
 import { CollectDisplay, eventLine, summaryLines } from "./collect-display.js";
 import { CliError, EXIT_OK, UsageError, commandOf, shownPath, type Io } from "./output.js";
 import { openRun } from "./open-run.js";
+import { waitReady } from "./wait-ready.js";
 
 /** The flags of `gym collect`, as commander parses them. */
 export interface CollectFlags {
@@ -43,6 +44,7 @@ export interface CollectFlags {
   readonly maxFailures?: string;
   readonly stepTimeout?: string;
   readonly runTimeout?: string;
+  readonly waitReady?: string;
   readonly json?: boolean;
 }
 
@@ -106,6 +108,15 @@ export async function collectCommand(input: string, flags: CollectFlags, io: Io)
   });
   const { stateFile, state, restartHint } = openRun(flags, io);
   const client = new ServerClient(state.deployment);
+  const waitMs = duration(flags.waitReady, "--wait-ready", 0);
+  if (waitMs > 0) {
+    try {
+      await waitReady(client, io, { timeoutMs: waitMs });
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+  }
   let participants: Participants | null = null;
   const checkpoint = state.deployment.checkpoint;
   if (checkpoint?.enabled === true && checkpoint.control_auth_token) {

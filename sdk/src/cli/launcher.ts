@@ -28,6 +28,7 @@ import { noteFoundElsewhere } from "./open-run.js";
 import {
   chooseStateFile,
   missingState,
+  nodeStateFile,
   readState,
   removeFromState,
   runStateFile,
@@ -57,6 +58,11 @@ export interface ServeOptions {
   readonly state?: string;
   /** Start only these servers; the others must already run per the state file. */
   readonly only?: readonly string[];
+  /**
+   * Start only this node's servers (a deployment with `nodes:`), with their own state file
+   * (`.gym/nodes/<node>/run.json`); the other nodes' servers are started on their machines.
+   */
+  readonly node?: string;
   /** Also stream every server's log, prefixed by its name. @default false */
   readonly foreground?: boolean;
   /** Return once every server is healthy, leaving a background supervisor. @default false */
@@ -81,18 +87,41 @@ function plural(count: number, word: string): string {
 export async function planServe(options: ServeOptions, io: Io): Promise<ServePlan> {
   const gym = commandOf(io);
   const loaded = loadDeploymentFile(options.deploymentFile, { env: io.env, cwd: io.cwd });
-  const stateFile = chooseStateFile({
-    state: options.state,
-    deployment: loaded.file,
-    cwd: io.cwd,
-  });
+  const node = options.node ?? null;
+  const nodeNames = Object.keys(loaded.nodes ?? {});
+  if (node !== null && !nodeNames.includes(node)) {
+    throw new UsageError(
+      loaded.nodes === null
+        ? `--node ${node}: ${shownPath(io, loaded.file)} has no nodes: block (it runs on one machine)`
+        : `--node names ${node}, which ${shownPath(io, loaded.file)} does not define${didYouMean(node, nodeNames)}`,
+      loaded.nodes === null
+        ? `start it without --node, or declare its nodes (nodes: { NAME: { host: ... } })`
+        : `choose among: ${nodeNames.join(", ")}`,
+    );
+  }
+  if (node === null && loaded.nodes !== null && nodeNames.length > 1) {
+    throw new UsageError(
+      `${shownPath(io, loaded.file)} spans ${nodeNames.length} nodes (${nodeNames.join(", ")}): say which this machine is`,
+      `run \`${gym} serve ${shownPath(io, loaded.file)} --node NAME\` on each machine`,
+    );
+  }
+  const stateFile =
+    options.state === undefined && loaded.nodes !== null
+      ? nodeStateFile(loaded.file, node ?? (nodeNames[0] as string))
+      : chooseStateFile({ state: options.state, deployment: loaded.file, cwd: io.cwd });
   const paths = statePaths(stateFile);
-  const names = Object.keys(loaded.servers);
+  // A node's servers are the deployment for this state file: the other nodes' run elsewhere.
+  const names = Object.keys(loaded.servers).filter(
+    (name) => node === null || loaded.servers[name]?.node === node,
+  );
   const only = options.only === undefined ? null : [...new Set(options.only)];
   for (const name of only ?? []) {
     if (!names.includes(name)) {
+      const elsewhere = loaded.servers[name]?.node;
       throw new UsageError(
-        `--only names ${name}, which ${loaded.file} does not define${didYouMean(name, names)}`,
+        elsewhere !== undefined && elsewhere !== null
+          ? `--only names ${name}, which runs on node ${elsewhere}, not ${node ?? "this one"}`
+          : `--only names ${name}, which ${loaded.file} does not define${didYouMean(name, names)}`,
         `choose among: ${names.join(", ")}`,
       );
     }
@@ -188,6 +217,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
         url: resolved.url,
         cwd: loaded.dir,
         node_args: server.node_args,
+        node: server.node,
       };
     }),
     keep,
@@ -331,6 +361,8 @@ export interface StopOptions {
   readonly graceMs?: number;
   /** Stop only these servers. */
   readonly only?: readonly string[];
+  /** Stop this node's servers: its state file next to the deployment (which must be given). */
+  readonly node?: string;
   readonly json?: boolean;
 }
 
@@ -339,7 +371,20 @@ export interface StopOptions {
  * idempotent: with no state file there is nothing to stop, which is said, and the status is 0.
  */
 export async function stop(options: StopOptions, io: Io): Promise<number> {
-  const stateFile = runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
+  if (
+    options.node !== undefined &&
+    options.deployment === undefined &&
+    options.state === undefined
+  ) {
+    throw new UsageError(
+      `--node ${options.node} needs the deployment file, to find the node's state next to it`,
+      `\`${commandOf(io)} stop FILE --node ${options.node}\``,
+    );
+  }
+  const stateFile =
+    options.node !== undefined && options.state === undefined
+      ? nodeStateFile(path.resolve(io.cwd, options.deployment as string), options.node)
+      : runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
   const searched = searchesNearby(options);
   const state = readState(stateFile);
   if (state === null) {

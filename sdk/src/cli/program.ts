@@ -73,6 +73,7 @@ function buildProgram(handlers: Handlers): Command {
     .argument("<deployment>", "the deployment file (YAML or JSON)")
     .option("--state <file>", "the state file (default: .gym/run.json next to the deployment)")
     .option("--only <names>", "start only these servers (NAME[,NAME]); the others must be running")
+    .option("--node <name>", "start only this node's servers (a deployment with nodes:)")
     .option("--detach", "return once every server is up, leaving a background supervisor")
     .option("--foreground", "also stream every server's log, prefixed by its name")
     .option("--health-timeout <duration>", "how long each server gets to answer GET /health", "30s")
@@ -84,6 +85,7 @@ function buildProgram(handlers: Handlers): Command {
           flags: {
             state?: string;
             only?: string;
+            node?: string;
             detach?: boolean;
             foreground?: boolean;
             healthTimeout?: string;
@@ -96,6 +98,7 @@ function buildProgram(handlers: Handlers): Command {
               deploymentFile: deployment,
               state: flags.state,
               only: flags.only === undefined ? undefined : splitList(flags.only, "--only"),
+              ...(flags.node === undefined ? {} : { node: flags.node }),
               detach: flags.detach === true,
               foreground: flags.foreground === true,
               healthTimeoutMs: positiveDuration(
@@ -121,6 +124,7 @@ function buildProgram(handlers: Handlers): Command {
     .option("--deployment <file>", "find the state file next to this deployment file")
     .option("--kill", "SIGKILL every process group at once (simulates a crash)")
     .option("--only <names>", "stop only these servers (NAME[,NAME])")
+    .option("--node <name>", "stop this node's servers (a deployment with nodes:)")
     .option("--grace <duration>", "SIGTERM → SIGKILL delay", "15s")
     .option("--json", "print the outcome as JSON")
     .action(
@@ -132,6 +136,7 @@ function buildProgram(handlers: Handlers): Command {
             deployment?: string;
             kill?: boolean;
             only?: string;
+            node?: string;
             grace?: string;
             json?: boolean;
           },
@@ -150,6 +155,7 @@ function buildProgram(handlers: Handlers): Command {
               deployment: positional ?? flags.deployment,
               kill: flags.kill === true,
               only: flags.only === undefined ? undefined : splitList(flags.only, "--only"),
+              ...(flags.node === undefined ? {} : { node: flags.node }),
               graceMs: duration(flags.grace, "--grace", DEFAULT_GRACE_MS),
               json: flags.json === true,
             },
@@ -221,6 +227,10 @@ function buildProgram(handlers: Handlers): Command {
     )
     .option("--step-timeout <duration>", "bound on each checkpoint step", "60s")
     .option("--run-timeout <duration>", "bound on one /run (default: 1h)")
+    .option(
+      "--wait-ready <duration>",
+      "first wait this long for every server to answer /health (servers starting on other machines)",
+    )
     .option("--json", "print the summary as JSON")
     .action(
       run(async (tasks: string, flags: import("./collect.js").CollectFlags) => {

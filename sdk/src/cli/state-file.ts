@@ -30,6 +30,8 @@ export {
   STATE_FILE_NAME,
   chooseStateFile,
   findStateFile,
+  nodeStateFile,
+  nodeStateFiles,
   removeFromState,
   stateFilesNear,
   statePaths,

@@ -70,6 +70,41 @@ export function chooseStateFile(options: {
   return path.join(base, STATE_DIR_NAME, STATE_FILE_NAME);
 }
 
+/** The directory under the state directory holding each node's own run. */
+export const NODES_DIR_NAME = "nodes";
+
+/**
+ * The state file of one node's servers in a deployment with `nodes:`:
+ * `.gym/nodes/<node>/run.json` next to the deployment file, so that each machine writes only its
+ * own files in a run directory they all share.
+ */
+export function nodeStateFile(deploymentFile: string, node: string): string {
+  return path.join(
+    path.dirname(path.resolve(deploymentFile)),
+    STATE_DIR_NAME,
+    NODES_DIR_NAME,
+    node,
+    STATE_FILE_NAME,
+  );
+}
+
+/** Every node state file next to a deployment file, by node name (those that exist). */
+export function nodeStateFiles(deploymentFile: string): Record<string, string> {
+  const dir = path.join(path.dirname(path.resolve(deploymentFile)), STATE_DIR_NAME, NODES_DIR_NAME);
+  const found: Record<string, string> = {};
+  let names: string[] = [];
+  try {
+    names = readdirSync(dir).sort();
+  } catch {
+    return found;
+  }
+  for (const name of names) {
+    const file = path.join(dir, name, STATE_FILE_NAME);
+    if (isStateFile(file)) found[name] = file;
+  }
+  return found;
+}
+
 /** Directories below the working directory that never hold a run: skipped by {@link stateFilesNear}. */
 const NOT_SEARCHED = new Set(["node_modules"]);
 

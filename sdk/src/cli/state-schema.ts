@@ -21,6 +21,10 @@ export const StateServerSchema = z.object({
   /** The `gym serve` process watching it (it reaps the server when it exits), or null. */
   supervisor_pid: z.number().int().positive().nullable(),
   started_at: z.string(),
+  /** The machine it runs on (`os.hostname()`): its pid means something only there. */
+  hostname: z.string().optional(),
+  /** Its node, in a deployment with `nodes:`. */
+  node: z.string().optional(),
 });
 /** One started server in the state file. */
 export type StateServer = z.infer<typeof StateServerSchema>;

@@ -23,6 +23,7 @@ import {
   writeSync,
 } from "node:fs";
 import { open } from "node:fs/promises";
+import { hostname } from "node:os";
 import path from "node:path";
 import { deferred } from "../util/deferred.js";
 import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
@@ -46,6 +47,8 @@ export interface PlannedServer {
   readonly cwd: string;
   /** Extra Node.js flags of the server's process (the deployment's `node_args`). */
   readonly node_args?: readonly string[];
+  /** Its node, in a deployment with `nodes:`. */
+  readonly node?: string | null;
 }
 
 /** What the supervisor starts: everything decided before any process exists. */
@@ -476,6 +479,8 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
         log: child.log,
         supervisor_pid: process.pid,
         started_at: startedAt,
+        hostname: hostname(),
+        ...(server.node === null || server.node === undefined ? {} : { node: server.node }),
       };
     }
     const state: RunState = {
