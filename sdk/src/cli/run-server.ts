@@ -12,7 +12,11 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { Logger } from "pino";
 import { parse as parseYaml } from "yaml";
-import type { ListeningAddress, ServerOptions } from "../server/server.js";
+import {
+  resolveCheckpointSettings,
+  type ListeningAddress,
+  type ServerOptions,
+} from "../server/server.js";
 import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deployment.js";
 import { describeError } from "./output.js";
 import { processLogger } from "./process-logger.js";
@@ -273,6 +277,9 @@ options:
   --name NAME              the server's name (default "server")
   --checkpoint-token TOKEN turn checkpointing on with this control token (default off)
   --deployment FILE        a resolved deployment (JSON) naming the other servers
+  --tls-cert FILE          serve HTTPS with this PEM certificate (with --tls-key)
+  --tls-key FILE           the PEM private key of --tls-cert
+  --tls-client-ca FILE     mutual TLS: require client certificates signed by this PEM CA
   -h, --help               show this help
 
 environment:
@@ -302,6 +309,9 @@ export async function serveMain(
     name?: string;
     "checkpoint-token"?: string;
     deployment?: string;
+    "tls-cert"?: string;
+    "tls-key"?: string;
+    "tls-client-ca"?: string;
     help?: boolean;
   };
   try {
@@ -314,6 +324,9 @@ export async function serveMain(
         name: { type: "string" },
         "checkpoint-token": { type: "string" },
         deployment: { type: "string" },
+        "tls-cert": { type: "string" },
+        "tls-key": { type: "string" },
+        "tls-client-ca": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -333,18 +346,47 @@ export async function serveMain(
     process.exitCode = 2;
     return null;
   }
+  const tlsCert = values["tls-cert"];
+  const tlsKey = values["tls-key"];
+  if (
+    (tlsCert === undefined) !== (tlsKey === undefined) ||
+    (values["tls-client-ca"] !== undefined && tlsCert === undefined)
+  ) {
+    process.stderr.write("--tls-cert and --tls-key go together (--tls-client-ca needs both)\n");
+    process.exitCode = 2;
+    return null;
+  }
   const name = values.name ?? "server";
   const logger = processLogger();
   try {
     const config: unknown =
       values.config === undefined ? {} : parseYaml(readFileSync(values.config, "utf8"));
-    const deployment: ResolvedDeployment | null =
+    const file: ResolvedDeployment | null =
       values.deployment === undefined ? null : readResolvedDeployment(values.deployment);
     const token = values["checkpoint-token"];
     const checkpoint =
       token !== undefined
         ? { enabled: true, control_auth_token: token }
-        : (deployment?.checkpoint ?? null);
+        : (file?.checkpoint ?? null);
+    // The flags' certificate stands in for the deployment's `tls:` block, keeping its CA.
+    const deployment: ResolvedDeployment | null =
+      tlsCert === undefined || tlsKey === undefined
+        ? file
+        : {
+            ...(file ?? {
+              checkpoint: checkpoint === null ? null : resolveCheckpointSettings(checkpoint),
+              servers: {},
+            }),
+            tls: {
+              cert_file: path.resolve(tlsCert),
+              key_file: path.resolve(tlsKey),
+              ca_file: file?.tls?.ca_file ?? null,
+              client_ca_file:
+                values["tls-client-ca"] === undefined
+                  ? null
+                  : path.resolve(values["tls-client-ca"]),
+            },
+          };
     const sessionSecret = takeEnv(process.env, SESSION_SECRET_ENV);
     const running = await startServer(
       exported,

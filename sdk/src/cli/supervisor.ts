@@ -25,6 +25,7 @@ import {
 import { open } from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
+import { deploymentFetch, type DeploymentFetch } from "../client/tls.js";
 import { deferred } from "../util/deferred.js";
 import type { ResolvedDeployment, ServerKind } from "../wire/deployment.js";
 import { FAILED_LOG_LINES } from "./defaults.js";
@@ -206,6 +207,7 @@ async function waitHealthy(
   url: string,
   timeoutMs: number,
   cancel: AbortSignal,
+  probe: DeploymentFetch,
 ): Promise<StartFailure | null> {
   const end = Date.now() + timeoutMs;
   const exited = new AbortController();
@@ -223,7 +225,7 @@ async function waitHealthy(
       };
     }
     try {
-      const response = await fetch(`${url}/health`, {
+      const response = await probe(`${url}/health`, {
         signal: AbortSignal.any([
           AbortSignal.timeout(Math.min(2_000, left)),
           exited.signal,
@@ -416,17 +418,26 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
       cancel.abort();
     });
     const failures: { child: Child; failure: StartFailure }[] = [];
+    // Over HTTPS when the deployment has a tls: block, trusting its CA.
+    const probe = deploymentFetch(plan.deployment.tls);
     await Promise.all(
       children.map(async (child, index) => {
         const server = plan.servers[index];
         if (server === undefined) return;
-        const failure = await waitHealthy(child, server.url, plan.health_timeout_ms, cancel.signal);
+        const failure = await waitHealthy(
+          child,
+          server.url,
+          plan.health_timeout_ms,
+          cancel.signal,
+          probe.fetch,
+        );
         if (failure !== null) {
           failures.push({ child, failure });
           cancel.abort();
         }
       }),
     );
+    await probe.close();
     if (failures.length > 0) {
       // The lines the server wrote while failing (this run's only), before stopping adds its own.
       const logs = new Map(

@@ -7,6 +7,7 @@
  */
 import { setTimeout as delay } from "node:timers/promises";
 import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
+import { deploymentFetch, type DeploymentFetch } from "../client/tls.js";
 import type { Io } from "./output.js";
 import { EXIT_OK } from "./output.js";
 import { deadServers } from "./dead-servers.js";
@@ -113,6 +114,8 @@ export interface SnapshotOptions {
 }
 
 /** Reads one server's readiness and metrics; unreachable parts read as `-`. */
+  /** How requests are sent (over the deployment's TLS: see `deploymentFetch`). @default fetch */
+  readonly fetch?: DeploymentFetch;
 export async function snapshotOf(
   server: Pick<ResolvedServer, "url">,
   options: SnapshotOptions = {},
@@ -122,6 +125,7 @@ export async function snapshotOf(
   let ready = "down";
   try {
     const res = await fetch(`${server.url}/ready`, { signal: AbortSignal.timeout(timeoutMs) });
+  const fetch = options.fetch ?? globalThis.fetch;
     ready = res.status === 200 ? "ready" : res.status === 503 ? "not ready" : `HTTP ${res.status}`;
   } catch {
     // down
@@ -181,12 +185,15 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
     for (;;) {
       const now = performance.now();
       const snapshots = await Promise.all(
-        servers.map(async ([, server]) => await snapshotOf(server, { metricsPath })),
+        servers.map(
+          async ([, server]) => await snapshotOf(server, { metricsPath, fetch: http.fetch }),
+        ),
       );
       // A server whose process is gone says so, with its pid, rather than just "down".
       const gone = new Map(deadServers(state).map((entry) => [entry.name, entry.pid]));
       const next = new Map<string, { requests: number; at: number }>();
       const rows = servers.map(([name, server], i) => {
+  const http = deploymentFetch(state.deployment.tls);
         const snapshot = snapshots[i] as ServerSnapshot;
         const before = previous.get(name);
         let rate = "-";
@@ -240,3 +247,4 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
     process.off("SIGINT", onSignal);
   }
 }
+    await http.close();

@@ -185,7 +185,8 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
   const address = {
     host: args.listen.host,
     port: args.listen.port,
-    url: `http://${args.listen.host}:${args.listen.port}`,
+    // The workers serve HTTPS themselves over the port the cluster shares (TLS runs in each).
+    url: `${options.deployment?.tls === undefined ? "http" : "https"}://${args.listen.host}:${args.listen.port}`,
   };
   return { server: prototype, address, stop: () => (stopped ??= stopWorkers()) };
 }

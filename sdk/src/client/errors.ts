@@ -24,7 +24,7 @@ export class ServerReplyError extends Error {
 }
 
 /** Why a server could not answer. */
-export type UnreachableReason = "connect" | "timeout" | "aborted" | "connection_lost";
+export type UnreachableReason = "connect" | "tls" | "timeout" | "aborted" | "connection_lost";
 
 /** The server could not be reached, or did not answer within the call's bound. */
 export class ServerUnreachableError extends Error {
@@ -44,6 +44,8 @@ function describeReason(reason: UnreachableReason): string {
   switch (reason) {
     case "connect":
       return "cannot connect (is the server running?)";
+    case "tls":
+      return "TLS refused the connection (is the server's certificate signed by a CA in tls.ca_file, and does it name the host of the server's URL?)";
     case "timeout":
       return "no reply within the call's time bound";
     case "aborted":

@@ -2,6 +2,7 @@ import { context, propagation } from "@opentelemetry/api";
 import { Agent, Pool, type Dispatcher } from "undici";
 import { ConfigError } from "../errors.js";
 import { timeoutSignal } from "../util/deadline.js";
+import { clientTlsOptions, isTlsFailure } from "./tls.js";
 import { captureKey, type EpisodeId } from "../identity/episode-id.js";
 import { rolloutPath } from "../identity/rollout-prefix.js";
 import { CONTROL_PREFIX, type Operation } from "../wire/control.js";
@@ -155,7 +156,11 @@ export class ServerClient {
     this.deployment = deployment;
     this.#options = compile(options);
     this.#serverHeaders = options.serverHeaders ?? {};
-    const connect = { timeout: this.#options.connectTimeoutMs };
+    // Read once: the deployment's CA (and, under mutual TLS, the certificate this side presents).
+    const connect = {
+      timeout: this.#options.connectTimeoutMs,
+      ...clientTlsOptions(deployment.tls),
+    };
     const resourceOrigins = new Set(
       Object.values(deployment.servers)
         .filter((server) => server.kind === "resources")
@@ -427,3 +432,4 @@ function unreachableReason(error: unknown, timeout: AbortSignal): UnreachableRea
   }
   return "connection_lost";
 }
+  if (isTlsFailure(error)) return "tls";

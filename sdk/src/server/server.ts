@@ -5,6 +5,7 @@ import {
   type Server as HttpServer,
   type ServerResponse,
 } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import {
   createServer as createNetServer,
   type AddressInfo,
@@ -23,6 +24,8 @@ import {
 import { requestTelemetry } from "./request-telemetry.js";
 import { z } from "zod";
 import { ServerClient, type ServerClientOptions } from "../client/server-client.js";
+import { serverTlsOptions, type ServerTlsOptions } from "../client/tls.js";
+import { isLoopbackHost } from "../util/loopback.js";
 import { ControlPlane } from "../control/control-plane.js";
 import type { Participant } from "../control/participant.js";
 import type { WorkerLink } from "../control/workers/worker-link.js";
@@ -112,7 +115,7 @@ export interface ServerOptions {
 export interface ListeningAddress {
   readonly host: string;
   readonly port: number;
-  /** `http://<host>:<port>` */
+  /** `http://<host>:<port>`, or `https://` when the deployment has a `tls:` block */
   readonly url: string;
 }
 
@@ -208,6 +211,8 @@ export class Server<Config = unknown> {
   #controlRoutes = false;
   readonly #worker: WorkerLink | null;
   readonly #sessionSecret: SessionSecret;
+  /** The deployment's certificate and key (read once), or null: plain HTTP. */
+  readonly #tls: ServerTlsOptions | null;
   #http: HttpServer | null = null;
   /** A worker's private socket, where other workers pass on its sessions' requests. */
   #privateHttp: HttpServer | null = null;
@@ -247,6 +252,7 @@ export class Server<Config = unknown> {
       servers: {},
     };
     this.#clientOptions = options.client ?? {};
+    this.#tls = serverTlsOptions(this.#deployment.tls);
     this.#worker = options.worker ?? null;
     this.#sessionSecret = resolveSessionSecret(
       options.sessionSecret,
@@ -620,7 +626,8 @@ export class Server<Config = unknown> {
         });
       });
     }
-    const http = this.#createHttp(listener);
+    // Only the public socket speaks TLS: the workers' private one stays on this machine.
+    const http = this.#createHttp(listener, this.#tls);
     this.#http = http;
     // While closing, a keep-alive connection is cut as soon as its last response is sent.
     for (const server of [http, ...(this.#privateHttp === null ? [] : [this.#privateHttp])]) {
@@ -645,21 +652,36 @@ export class Server<Config = unknown> {
       { port: address.port, host, session_secret: this.#sessionSecret.source },
       "listening",
     );
-    return { host, port: address.port, url: `http://${host}:${address.port}` };
+    // Once per server: a multi-worker server's first worker speaks for all of them.
+    if (this.#tls === null && !isLoopbackHost(host) && (worker === null || worker.index === 0)) {
+      this.logger.warn(
+        { host, port: address.port },
+        `listening on ${host}, which is not a loopback address, without TLS: the control token ` +
+          "and all data cross the network in clear. Add a tls: block (cert_file, key_file, " +
+          "ca_file) to the deployment file (see docs/deployment.md#tls), or bind 127.0.0.1",
+      );
+    }
+    const scheme = this.#tls === null ? "http" : "https";
+    return { host, port: address.port, url: `${scheme}://${host}:${address.port}` };
   }
 
-  #createHttp(listener: (req: IncomingMessage, res: ServerResponse) => void): HttpServer {
+  #createHttp(
+    listener: (req: IncomingMessage, res: ServerResponse) => void,
+    tls: ServerTlsOptions | null = null,
+  ): HttpServer {
     const requestTimeout = this.requestTimeoutMs;
-    const http = createServer(
-      {
-        requestTimeout,
-        // Node checks the timeouts on this interval (30 s by default): a quarter of the bound
-        // keeps it from stretching a short bound by much.
-        connectionsCheckingInterval:
-          requestTimeout > 0 ? Math.min(30_000, Math.max(250, requestTimeout / 4)) : 30_000,
-      },
-      listener,
-    );
+    const options = {
+      requestTimeout,
+      // Node checks the timeouts on this interval (30 s by default): a quarter of the bound
+      // keeps it from stretching a short bound by much.
+      connectionsCheckingInterval:
+        requestTimeout > 0 ? Math.min(30_000, Math.max(250, requestTimeout / 4)) : 30_000,
+    };
+    // An HTTPS server is an HTTP server over TLS sockets: same requests, timeouts and closing.
+    const http: HttpServer =
+      tls === null
+        ? createServer(options, listener)
+        : createHttpsServer({ ...options, ...tls }, listener);
     // Longer than any client's idle keep-alive (the SDK's clients drop theirs after 4 s, the
     // session router's after 30 s), so a client never sends a request on a connection this
     // side is closing.
