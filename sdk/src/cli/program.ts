@@ -256,6 +256,28 @@ function buildProgram(handlers: Handlers): Command {
       }),
     );
 
+  program
+    .command("kubernetes")
+    .description(
+      "write Kubernetes manifests generated from a deployment file: per server a StatefulSet and a headless Service, the collector as a Job, a kustomization",
+    )
+    .argument("<deployment>", "the deployment file (each server on its own node)")
+    .option("--out <dir>", "output directory (default: kubernetes)")
+    .option("--namespace <name>", "the namespace of every object and Service name (default: gym)")
+    .option("--image <image>", "the image every pod runs (see deploy/kubernetes/Dockerfile)")
+    .option("--tasks <file>", "the collector Job's task file (without it, no Job)")
+    .option("--app-dir <dir>", "where the image holds this directory (default: /app)")
+    .option("--storage <size>", "size of the shared ReadWriteMany volume (default: 10Gi)")
+    .option("--storage-class <name>", "its storage class (default: the cluster's)")
+    .option("--step-timeout <duration>", "the collector's step bound (default: 60s)")
+    .option("--check", "write nothing; exit 1 when a manifest differs from what would be written")
+    .action(
+      run(async (deployment: string, flags: import("./kubernetes.js").KubernetesFlags) => {
+        const { kubernetesCommand } = await import("./kubernetes.js");
+        return await kubernetesCommand(deployment, flags, io);
+      }),
+    );
+
   return program;
 }
 
