@@ -71,19 +71,21 @@ afterAll(async () => {
 });
 
 const env = { ...process.env, NODE_A_HOST: NODE_A, NODE_B_HOST: NODE_B };
+// The built CLI starts in half the time; `npm test` builds first.
+const run = (args: readonly string[]) => gym(args, { env, compiled: true });
 
 describe.sequential("two nodes on one machine", { timeout: 60_000 }, () => {
   it("refuses to start a multi-node deployment without --node, and an unknown node", async () => {
-    const all = await gym(["serve", deployment, "--detach"], { env });
+    const all = await run(["serve", deployment, "--detach"]);
     expect(all.code).toBe(2);
     expect(all.stderr).toMatch(/spans 2 nodes \(a, b\): say which this machine is/);
-    const unknown = await gym(["serve", deployment, "--node", "c", "--detach"], { env });
+    const unknown = await run(["serve", deployment, "--node", "c", "--detach"]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/--node names c, which .* does not define.*choose among: a, b/s);
   });
 
   it("gym serve --node a starts only node a's servers, bound on its address", async () => {
-    const served = await gym(["serve", deployment, "--node", "a", "--detach"], { env });
+    const served = await run(["serve", deployment, "--node", "a", "--detach"]);
     expect(served.code, served.stderr).toBe(0);
     const servers = stateServers(stateOf("a"));
     expect(servers.map((server) => server.name)).toEqual(["counter"]);
@@ -100,34 +102,45 @@ describe.sequential("two nodes on one machine", { timeout: 60_000 }, () => {
   });
 
   it("the controller reaches node a's participant from the deployment file alone", async () => {
-    const status = await gym(["ckpt", "status", "--deployment", deployment, "--json"], { env });
+    const status = await run(["ckpt", "status", "--deployment", deployment, "--json"]);
     expect(status.code, status.stderr).toBe(0);
     const json = JSON.parse(status.stdout) as { servers: Record<string, { phase: string }> };
     expect(json.servers.counter).toMatchObject({ phase: "idle" });
   });
 
   it("gym serve --node b starts node b's, and a checkpoint spans both", async () => {
-    const served = await gym(["serve", deployment, "--node", "b", "--detach"], { env });
+    const served = await run(["serve", deployment, "--node", "b", "--detach"]);
     expect(served.code, served.stderr).toBe(0);
     expect(stateServers(stateOf("b")).map((server) => server.name)).toEqual(["echo"]);
-    const checkpoint = await gym(
-      ["ckpt", "checkpoint", "--dir", path.join(dir, "ckpt", "c1"), "--deployment", deployment],
-      { env },
-    );
+    const checkpoint = await run([
+      "ckpt",
+      "checkpoint",
+      "--dir",
+      path.join(dir, "ckpt", "c1"),
+      "--deployment",
+      deployment,
+    ]);
     expect(checkpoint.code, checkpoint.stderr).toBe(0);
     expect(
       existsSync(path.join(dir, "ckpt", "c1", "gym", "resources", "counter", "manifest.json")),
     ).toBe(true);
   });
 
+  it("gym top reaches the servers of both nodes from the deployment file", async () => {
+    const top = await run(["top", "--once", "--deployment", deployment]);
+    expect(top.code, top.stderr).toBe(0);
+    // A participant of node a, reached over node a's address (a backend is no participant).
+    expect(top.stdout).toMatch(/counter\s+resources/);
+  });
+
   it("gym stop --node a stops only node a's servers", async () => {
     const a = stateServers(stateOf("a"));
     const b = stateServers(stateOf("b"));
-    const stopped = await gym(["stop", deployment, "--node", "a"], { env });
+    const stopped = await run(["stop", deployment, "--node", "a"]);
     expect(stopped.code, stopped.stderr).toBe(0);
     for (const server of a) expect(isGone(server.pid)).toBe(true);
     for (const server of b) expect(isGone(server.pid)).toBe(false);
-    const rest = await gym(["stop", deployment, "--node", "b"], { env });
+    const rest = await run(["stop", deployment, "--node", "b"]);
     expect(rest.code, rest.stderr).toBe(0);
   });
 });
