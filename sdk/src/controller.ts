@@ -39,6 +39,7 @@ export {
   PREPARE_ORDER,
   PrepareResult,
   RETIRE_ORDER,
+  UnreachableParticipantsError,
   commit,
   discover,
   forget,
@@ -57,6 +58,7 @@ export type {
   Participants,
   RestoreOptions,
 } from "./client/coordination.js";
+export type { ServerLocation, UnreachableParticipant } from "./client/host-loss.js";
 export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-everywhere.js";
 export type { CommitStep } from "./client/commit-everywhere.js";
 

@@ -33,6 +33,13 @@ import {
 } from "../wire/control.js";
 import type { CommitReply, RestoreReply } from "../wire/storage.js";
 import { ServerReplyError, ServerUnreachableError } from "./errors.js";
+import {
+  describeHostLoss,
+  isHostLoss,
+  locateServer,
+  locatedName,
+  type UnreachableParticipant,
+} from "./host-loss.js";
 import type { ServerClient } from "./server-client.js";
 
 /** Prepare order; resume runs it backwards. */
@@ -68,7 +75,7 @@ export interface Participants {
 
 /** A coordination step failed on some participants; `failures` says what happened on each. */
 export class CoordinationError extends Error {
-  override readonly name = "CoordinationError";
+  override readonly name: string = "CoordinationError";
   constructor(
     readonly operation: string,
     /** Server name → description (`HTTP <status> <code> <detail>` for refusals). */
@@ -92,6 +99,72 @@ export class CoordinationError extends Error {
     }
     return codes;
   }
+}
+
+/**
+ * A coordination step failed, and some participants did not answer at all: their host (or the
+ * server's process) is gone, frozen or cut off. `unreachable` names each with its node and the
+ * host of its URL; the message names them the same way, e.g. `policy (node gpu, 10.0.0.2:8001):
+ * no reply within the prepare deadline (30 s) — is host 10.0.0.2 down or frozen?`.
+ */
+export class UnreachableParticipantsError extends CoordinationError {
+  override readonly name = "UnreachableParticipantsError";
+  constructor(
+    operation: string,
+    failures: Readonly<Record<string, string>>,
+    /** Server name → where it runs and why it did not answer. */
+    readonly unreachable: Readonly<Record<string, UnreachableParticipant>>,
+  ) {
+    const names = Object.keys(failures).sort();
+    const shown = (name: string): string => {
+      const where = unreachable[name];
+      return where === undefined ? name : locatedName(name, where);
+    };
+    super(
+      operation,
+      failures,
+      `checkpoint ${operation} failed on ${names.length} participant(s): ` +
+        names.map((name) => `${shown(name)}: ${failures[name]}`).join("; "),
+    );
+  }
+
+  /** The hosts that did not answer, sorted. */
+  hosts(): string[] {
+    return [...new Set(Object.values(this.unreachable).map((where) => where.host))].sort();
+  }
+}
+
+/** One CoordinationError for a step's failures: {@link UnreachableParticipantsError} if any. */
+function stepFailed(
+  operation: string,
+  failures: Readonly<Record<string, string>>,
+  unreachable: Readonly<Record<string, UnreachableParticipant>>,
+): CoordinationError {
+  return Object.keys(unreachable).length > 0
+    ? new UnreachableParticipantsError(operation, failures, unreachable)
+    : new CoordinationError(operation, failures);
+}
+
+/**
+ * Records why `member` failed `operation` into `failures` (and `unreachable` when its host did
+ * not answer). `stepMs` is the time the step had, for the description of a missed deadline.
+ */
+function recordFailure(
+  participants: Participants,
+  member: Member,
+  operation: string,
+  stepMs: number,
+  error: unknown,
+  failures: Record<string, string>,
+  unreachable: Record<string, UnreachableParticipant>,
+): void {
+  if (!isHostLoss(error)) {
+    failures[member.name] = describeFailure(error);
+    return;
+  }
+  const where = locateServer(participants.client.deployment, member.name);
+  failures[member.name] = describeHostLoss(error, where, operation, stepMs);
+  unreachable[member.name] = { ...where, reason: error.reason };
 }
 
 function describeFailure(error: unknown): string {
@@ -225,10 +298,13 @@ async function fanOut<T>(
   bytes: Uint8Array,
   deadlineTs: number,
   onReply?: MemberTiming,
+  /** The time the whole step had to its deadline, for a failure's description. */
+  stepMs = deadlineTs * 1000 - Date.now(),
 ): Promise<Record<string, T>> {
   checkDeadline(deadlineTs);
   const replies: Record<string, T> = {};
   const failures: Record<string, string> = {};
+  const unreachable: Record<string, UnreachableParticipant> = {};
   await Promise.all(
     members.map(async (member) => {
       const started = performance.now();
@@ -239,11 +315,11 @@ async function fanOut<T>(
         });
         onReply?.(member, performance.now() - started);
       } catch (error) {
-        failures[member.name] = describeFailure(error);
+        recordFailure(participants, member, operation, stepMs, error, failures, unreachable);
       }
     }),
   );
-  if (Object.keys(failures).length > 0) throw new CoordinationError(operation, failures);
+  if (Object.keys(failures).length > 0) throw stepFailed(operation, failures, unreachable);
   return replies;
 }
 
@@ -342,6 +418,8 @@ async function prepareStages(
 ): Promise<PrepareResult> {
   const replies: Record<string, PrepareReply> = {};
   const restarts = new Set<string>();
+  // A later stage has less time left; a failure's description names the whole step's.
+  const stepMs = deadlineTs * 1000 - Date.now();
   for (const kind of PREPARE_ORDER) {
     const stage = byKinds(participants, [kind]);
     if (stage.length === 0) continue;
@@ -352,7 +430,15 @@ async function prepareStages(
       `gym.checkpoint.coordinate.prepare.${kind}`,
       { [ATTR.stage]: kind },
       async () =>
-        await fanOut<PrepareReply>(participants, stage, "prepare", encode(body), deadlineTs),
+        await fanOut<PrepareReply>(
+          participants,
+          stage,
+          "prepare",
+          encode(body),
+          deadlineTs,
+          undefined,
+          stepMs,
+        ),
     );
     options.onStage?.(kind, performance.now() - started);
     Object.assign(replies, stageReplies);
@@ -480,6 +566,21 @@ async function restoreAllOrNothing(
     // refused or accepted: a failed restore's replacements must not run anywhere (a refusal
     // does not tell which participants installed nothing), and a fresh process that refused
     // has not fenced the crashed attempts yet.
+    // Except a participant that let the restore's deadline pass without a word: its host is
+    // down or frozen, and asking again would only hold the caller up twice more (a cleanup call
+    // is bounded by 30 s at least). It resumes on its own when its lease expires; a caller must
+    // fence the replacements on it before using it again, which fails until it answers.
+    const silent = silentMembers(error);
+    if (silent.size > 0) {
+      log.warn(
+        { servers: [...silent].sort() },
+        "not cleaning up after the failed restore on participants that did not answer it",
+      );
+    }
+    const answering: Participants = {
+      ...participants,
+      members: participants.members.filter((member) => !silent.has(member.name)),
+    };
     const fenced = options.episodeIds.map(nextAttempt);
     const bytes = encode({
       checkpoint_id: options.checkpointId,
@@ -487,21 +588,33 @@ async function restoreAllOrNothing(
       episode_ids: scopeOnWire(fenced),
     });
     for (const kinds of RETIRE_ORDER) {
-      const stage = byKinds(participants, kinds);
+      const stage = byKinds(answering, kinds);
       if (stage.length === 0 || fenced.length === 0) continue;
       try {
-        await fanOut(participants, stage, "retire", bytes, cleanupDeadline);
+        await fanOut(answering, stage, "retire", bytes, cleanupDeadline);
       } catch (cleanupError) {
         log.error({ err: cleanupError }, "retiring the attempts of a failed restore failed");
       }
     }
     try {
-      await resume(participants, options.checkpointId, cleanupDeadline);
+      if (answering.members.length > 0) {
+        await resume(answering, options.checkpointId, cleanupDeadline);
+      }
     } catch (cleanupError) {
       log.error({ err: cleanupError }, "resuming after a failed restore failed");
     }
     throw error;
   }
+}
+
+/** The participants a step's error says let its deadline pass without answering. */
+function silentMembers(error: unknown): Set<string> {
+  if (!(error instanceof UnreachableParticipantsError)) return new Set();
+  return new Set(
+    Object.entries(error.unreachable)
+      .filter(([, where]) => where.reason === "timeout")
+      .map(([name]) => name),
+  );
 }
 
 /**
@@ -528,6 +641,7 @@ async function resumeStages(
   const bytes = encode({ checkpoint_id: checkpointId, deadline_ts: deadlineTs });
   const replies: Record<string, ResumeReply> = {};
   const failures: Record<string, string> = {};
+  const unreachable: Record<string, UnreachableParticipant> = {};
   for (const kind of [...PREPARE_ORDER].reverse()) {
     const stage = byKinds(participants, [kind]);
     if (stage.length === 0) continue;
@@ -539,9 +653,12 @@ async function resumeStages(
     } catch (error) {
       if (!(error instanceof CoordinationError)) throw error;
       Object.assign(failures, error.failures);
+      if (error instanceof UnreachableParticipantsError) {
+        Object.assign(unreachable, error.unreachable);
+      }
     }
   }
-  if (Object.keys(failures).length > 0) throw new CoordinationError("resume", failures);
+  if (Object.keys(failures).length > 0) throw stepFailed("resume", failures, unreachable);
   return replies;
 }
 
@@ -612,6 +729,7 @@ export async function status(
 ): Promise<Record<string, StatusReply>> {
   const replies: Record<string, StatusReply> = {};
   const failures: Record<string, string> = {};
+  const unreachable: Record<string, UnreachableParticipant> = {};
   await Promise.all(
     participants.members.map(async (member) => {
       try {
@@ -625,10 +743,10 @@ export async function status(
           },
         );
       } catch (error) {
-        failures[member.name] = describeFailure(error);
+        recordFailure(participants, member, "status", timeoutMs, error, failures, unreachable);
       }
     }),
   );
-  if (Object.keys(failures).length > 0) throw new CoordinationError("status", failures);
+  if (Object.keys(failures).length > 0) throw stepFailed("status", failures, unreachable);
   return replies;
 }

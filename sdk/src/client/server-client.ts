@@ -426,7 +426,11 @@ function unreachableReason(error: unknown, timeout: AbortSignal): UnreachableRea
     code === "ECONNREFUSED" ||
     code === "UND_ERR_CONNECT_TIMEOUT" ||
     code === "ENOTFOUND" ||
-    code === "EHOSTUNREACH"
+    // A machine that is gone: no route, no answer to ARP, or the kernel gave up on the SYN.
+    code === "EHOSTUNREACH" ||
+    code === "ENETUNREACH" ||
+    code === "EHOSTDOWN" ||
+    code === "ETIMEDOUT"
   ) {
     return "connect";
   }
