@@ -261,6 +261,63 @@ export class CheckpointStateError extends GymError {
   }
 }
 
+/**
+ * One participant's committed state that this machine cannot see whole: what
+ * {@link CheckpointNotSharedError} names.
+ */
+export interface UnsharedState {
+  /** The server's name in the deployment. */
+  readonly server: string;
+  /** Its directory, `<checkpoint_dir>/gym/<kind>/<instance>`, where this machine looked. */
+  readonly path: string;
+  /** The host name that wrote it (the manifest's `host`), or null when nothing says. */
+  readonly host: string | null;
+  /** The address the deployment gives the server (its URL's host), or null when unknown. */
+  readonly address: string | null;
+  /** What this machine finds there instead, e.g. "it is not there". */
+  readonly problem: string;
+}
+
+/**
+ * The controller cannot see, from its own machine, state that participants committed: the
+ * checkpoint directory is on a disk of each node rather than on a file system every machine
+ * shares. Raised by the controller after every commit reply and before anything is published
+ * (the commit then fails as a whole), and before a restore is sent. Its code is
+ * `invalid_checkpoint_state`: from this machine the directory or manifest is missing.
+ *
+ * @see docs/storage.md
+ */
+export class CheckpointNotSharedError extends CheckpointStateError {
+  override name = "CheckpointNotSharedError";
+  constructor(
+    /** `commit`: written just now; `restore`: the published checkpoint about to be restored. */
+    readonly operation: "commit" | "restore",
+    /** Every participant whose state is missing or different here, sorted by server. */
+    readonly unshared: readonly UnsharedState[],
+    /** This machine's host name. */
+    readonly localHost: string,
+  ) {
+    const each = unshared.map((entry) => {
+      const writer = writerOf(entry);
+      return operation === "commit"
+        ? `${entry.server} wrote ${entry.path}${writer}, but ${entry.problem} on this machine (${localHost})`
+        : `${entry.server}'s state ${entry.path}${writer === "" ? "" : ` (written${writer})`}: ${entry.problem} on this machine (${localHost})`;
+    });
+    super(
+      `${each.join("; ")}: the checkpoint directory must be on a file system every machine ` +
+        "shares (NFS, Lustre, CephFS), not a node-local disk",
+    );
+  }
+}
+
+function writerOf(entry: UnsharedState): string {
+  if (entry.host !== null && entry.address !== null && entry.host !== entry.address) {
+    return ` on host ${entry.host} (${entry.address})`;
+  }
+  const either = entry.host ?? entry.address;
+  return either === null ? "" : ` on host ${either}`;
+}
+
 /** A request that failed authentication. */
 export class UnauthorizedError extends GymError {
   override name = "UnauthorizedError";

@@ -5,8 +5,9 @@
  */
 import { fromCaptureKey, type EpisodeId } from "../identity/episode-id.js";
 import type { CommitReply } from "../wire/storage.js";
-import { commit, type Participants } from "./coordination.js";
+import { commit, type CommitOptions, type Member, type Participants } from "./coordination.js";
 import { CommitScopeRequiredError } from "./errors.js";
+import { checkCommitShared } from "./shared-storage.js";
 
 export { CommitScopeRequiredError } from "./errors.js";
 
@@ -27,6 +28,12 @@ export interface CommitStep {
  * of what is in flight. So the other participants commit first with `null`, and the model then
  * commits exactly the episodes they exported: the episodes in flight at a boundary (a prepare
  * that reported no restarts exports nothing else), restored ones still waiting included.
+ *
+ * Then, once every participant replied, checks that this machine sees what each one wrote
+ * (see {@link checkCommitShared}).
+ *
+ * @throws CheckpointNotSharedError when some participant's state is not visible here: the
+ * checkpoint directory is not on a file system every machine shares
  */
 export async function commitEverywhere(
   participants: Participants,
@@ -34,12 +41,26 @@ export async function commitEverywhere(
 ): Promise<Record<string, CommitReply>> {
   const { members } = participants;
   const models = members.filter((member) => member.kind === "model");
-  const options = (episodeIds: EpisodeId[] | null) => ({
+  const options = (episodeIds: EpisodeId[] | null): CommitOptions => ({
     checkpointId: step.checkpointId,
     checkpointDir: step.checkpointDir,
     episodeIds,
     deadlineTs: step.deadlineTs(),
   });
+  const replies = await commitFanOuts(participants, step, models, options);
+  // Every participant wrote from its own machine: the checkpoint is usable only if this one
+  // sees all of it (a directory on each node's own disk passes every commit otherwise).
+  await checkCommitShared(participants.client.deployment, step.checkpointDir, replies);
+  return replies;
+}
+
+async function commitFanOuts(
+  participants: Participants,
+  step: CommitStep,
+  models: readonly Member[],
+  options: (episodeIds: EpisodeId[] | null) => CommitOptions,
+): Promise<Record<string, CommitReply>> {
+  const { members } = participants;
   if (step.episodeIds !== null || models.length === 0) {
     return await commit(participants, options(step.episodeIds));
   }

@@ -59,6 +59,11 @@ export const CollectionManifestSchema = z.strictObject({
   continued: z.array(RowEpisodeSchema),
   /** Rows in flight that some participant could not save: they start over. */
   restarted: z.array(RowEpisodeSchema),
+  /**
+   * The host that wrote each participant's state, by server (null: its manifest did not say),
+   * named when a restore finds that state missing. Absent in a checkpoint of an older version.
+   */
+  writers: z.record(z.string(), z.string().nullable()).optional(),
 });
 export type CollectionManifest = z.infer<typeof CollectionManifestSchema>;
 

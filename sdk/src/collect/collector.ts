@@ -21,6 +21,7 @@ import {
   type Participants,
 } from "../client/coordination.js";
 import type { ServerClient } from "../client/server-client.js";
+import { checkCommitShared, checkRestoreShared, writersOf } from "../client/shared-storage.js";
 import { episodeId, nextAttempt, type EpisodeId } from "../identity/episode-id.js";
 import { deferred, type Deferred } from "../util/deferred.js";
 import { didYouMean } from "../util/did-you-mean.js";
@@ -483,6 +484,13 @@ export class Collection {
           [ATTR.rows]: entries.length,
         },
         async () => {
+          // Refused here, naming who wrote what is missing, rather than by each participant.
+          await checkRestoreShared(
+            this.#options.client.deployment,
+            dir.checkpointDir(manifest.checkpoint_id),
+            participants.members,
+            manifest.writers,
+          );
           await restore(participants, {
             checkpointId: manifest.checkpoint_id,
             checkpointDir: dir.checkpointDir(manifest.checkpoint_id),
@@ -945,13 +953,15 @@ export class Collection {
         } else {
           const scope = prepared.continued(rows.map((row) => row.episode));
           const inScope = new Set(scope.map((episode) => episode.rollout_id));
-          await commit(participants, {
+          const replies = await commit(participants, {
             checkpointId: id,
             checkpointDir: dir.checkpointDir(id),
             episodeIds: scope,
             deadlineTs: this.#deadline(),
             ...(stop ? { stop: true } : {}),
           });
+          // Published only if this machine sees what every participant wrote from its own.
+          await checkCommitShared(this.#options.client.deployment, dir.checkpointDir(id), replies);
           const entry = (row: Pending): RowEpisode => ({
             rollout_id: row.episode.rollout_id,
             attempt: row.episode.attempt,
@@ -966,6 +976,7 @@ export class Collection {
             created_at: new Date().toISOString(),
             continued: rows.filter((row) => inScope.has(row.episode.rollout_id)).map(entry),
             restarted: rows.filter((row) => !inScope.has(row.episode.rollout_id)).map(entry),
+            writers: writersOf(replies),
           };
           await dir.publish(manifest);
           published = true;

@@ -1,4 +1,5 @@
 import { stat } from "node:fs/promises";
+import { hostname } from "node:os";
 import path from "node:path";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
@@ -840,6 +841,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       newWrite.writer = new RecordsWriter({
         ...target,
         manifestExtra: this.participant.manifestExtra(),
+        // Which machine wrote it: a controller that cannot see the directory names it.
+        host: hostname(),
       });
     } catch (error) {
       newWrite.failed = `its manifest extras failed: ${describe(error)}`;

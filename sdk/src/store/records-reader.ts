@@ -1,4 +1,6 @@
 import { createHash } from "node:crypto";
+import { stat } from "node:fs/promises";
+import { hostname } from "node:os";
 import path from "node:path";
 import type { z } from "zod";
 import { CheckpointStateError } from "../errors.js";
@@ -151,7 +153,11 @@ async function readVerified<T>(
   } catch (error) {
     if (error instanceof CheckpointStateError) throw error;
     const reason = error instanceof Error ? error.message : String(error);
-    throw corrupt(`cannot read checkpoint state ${recordsPath}: ${reason}`, null, error);
+    throw corrupt(
+      `cannot read checkpoint state ${recordsPath}: ${reason}${writtenElsewhere(error, manifest)}`,
+      null,
+      error,
+    );
   }
   const digest = hash.digest("hex");
   if (digest !== manifest.records_sha256) {
@@ -240,6 +246,37 @@ function decodeStored(
   return { episode_id: episode, value: value as Record<string, unknown> };
 }
 
+/** The advice for a shared file system, in every refusal that suggests a node-local disk. */
+const SHARED_FS_ADVICE =
+  "the checkpoint directory must be on a file system every machine shares (NFS, Lustre, " +
+  "CephFS), not a node-local disk";
+
+/**
+ * Why a participant directory may be missing on this machine: the machine named, and whether
+ * the directory exists at all, for the refusal of a restore with no manifest.
+ */
+async function missingHere(dir: string): Promise<string> {
+  let exists = false;
+  try {
+    exists = (await stat(dir)).isDirectory();
+  } catch {
+    // Missing, or a component is not a directory: either way not there.
+  }
+  const what = exists ? "(the directory holds no manifest)" : `(${dir} is not there)`;
+  return (
+    `on this machine (${hostname()}) ${what}: check checkpoint_dir; if this checkpoint was ` +
+    `written on another machine, ${SHARED_FS_ADVICE}`
+  );
+}
+
+/** For a records file missing here whose manifest another host wrote: that host, and advice. */
+function writtenElsewhere(error: unknown, manifest: Manifest): string {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  const writer = (manifest as { host?: unknown }).host;
+  if (code !== "ENOENT" || typeof writer !== "string" || writer === hostname()) return "";
+  return ` (its manifest was written on host ${writer}, this is ${hostname()}: ${SHARED_FS_ADVICE})`;
+}
+
 /**
  * A manifest value in a detail. `String()` would throw on a parsed object such as
  * `{"toString": 1}`, turning a corrupt manifest into an untyped error.
@@ -257,7 +294,9 @@ async function readManifest(dir: string, location: ParticipantLocation): Promise
   } catch (error) {
     if (error instanceof CheckpointStateError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "ENOENT") throw corrupt(`missing manifest ${manifestPath}`, null, error);
+    if (code === "ENOENT" || code === "ENOTDIR") {
+      throw corrupt(`missing manifest ${manifestPath} ${await missingHere(dir)}`, null, error);
+    }
     throw corrupt(`cannot read checkpoint state ${manifestPath}: ${(error as Error).message}`);
   }
   let value: unknown;

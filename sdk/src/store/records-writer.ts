@@ -34,6 +34,12 @@ export interface WriteTarget extends ParticipantLocation {
   readonly checkpointId: string;
   /** Participant fields merged into the manifest (`manifestExtra`). */
   readonly manifestExtra?: Record<string, unknown>;
+  /**
+   * The host name recorded in the manifest as `host`, so a controller on another machine that
+   * cannot see this directory can say which machine wrote it. A `host` among the extras wins.
+   * @default none: no `host` field
+   */
+  readonly host?: string;
 }
 
 /**
@@ -151,6 +157,7 @@ export class RecordsWriter {
       const { handle, sha256, count } = await this.#writeRecords(tmpPath, records, dir);
       const syncing = syncAndClose(handle);
       const manifest: Manifest = {
+        ...(this.#target.host === undefined ? {} : { host: this.#target.host }),
         ...(this.#target.manifestExtra ?? {}),
         schema_version: MANIFEST_SCHEMA_VERSION,
         kind: this.#target.kind,

@@ -3,12 +3,15 @@
  * drops its connection, is refused with `admission_closed` or `invalid_request` (a row missing
  * a task field), or hangs until released; the control
  * routes record every operation and answer as told (prepare ready or not, restore refused or
- * not). For the collector paths real servers reach only under faults.
+ * not; a commit writes an empty participant directory). For the collector paths real servers
+ * reach only under faults.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
 import { ServerClient } from "#sdk/client/server-client.js";
 import type { Participants } from "#sdk/client/coordination.js";
+import { RecordsWriter } from "#sdk/store/records-writer.js";
 import { CONTROL_PREFIX } from "#sdk/wire/control.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
 
@@ -139,6 +142,17 @@ export class StubDeployment {
             });
           }
           return send(200, { restored: body.episode_ids ?? [] });
+        case "commit": {
+          // A participant on this machine: its (empty) state is where the controller looks.
+          const manifest = await new RecordsWriter({
+            checkpointDir: body.checkpoint_dir as string,
+            kind: "environment",
+            instance: "env",
+            checkpointId: body.checkpoint_id as string,
+            host: hostname(),
+          }).write([]);
+          return send(200, { phase: "committed", manifest, episode_ids: [] });
+        }
         default:
           return send(200, { phase: "idle" });
       }
