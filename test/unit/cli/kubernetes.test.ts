@@ -4,7 +4,15 @@
  * and the manifests agree with the deployment file read on its own (ports, node names, probes,
  * the Secret key, the Service names the file's node hosts resolve to).
  */
-import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -373,5 +381,59 @@ describe("gym kubernetes", () => {
       expect(message).toMatch(/:7: tls\.client_ca_file \(mutual TLS\) is not supported/);
       expect(message).toMatch(/server 9lives has no Kubernetes name/);
     });
+  });
+
+  it("the Dockerfile copies what the pods run (it is not built here)", () => {
+    const text = readFileSync(path.join(ROOT, "deploy/kubernetes/Dockerfile"), "utf8");
+    const stages = text.split(/^FROM /m).slice(1);
+    expect(stages.map((stage) => stage.split("\n")[0])).toEqual([
+      "node:20-slim AS build",
+      "node:20-slim AS runtime",
+    ]);
+    const [build = "", runtime = ""] = stages;
+    /** What a stage copies before its `npm ci`, and after it. */
+    const copies = (stage: string) => {
+      const [before = "", after = ""] = stage.split(/^RUN npm ci/m);
+      const sources = (part: string) =>
+        [...part.matchAll(/^COPY (?:--from=build )?(\S+)/gm)].map((match) =>
+          (match[1] as string).replace(/^\/app\//, ""),
+        );
+      return { before: sources(before), after: sources(after) };
+    };
+    const root = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
+      workspaces: string[];
+    };
+    const workspaces = root.workspaces.flatMap((pattern) =>
+      pattern.endsWith("/*")
+        ? readdirSync(path.join(ROOT, pattern.slice(0, -2)))
+            .map((dir) => `${pattern.slice(0, -2)}/${dir}`)
+            .filter((dir) => existsSync(path.join(ROOT, dir, "package.json")))
+        : [pattern],
+    );
+    // npm ci needs every workspace's package.json, in both stages.
+    for (const stage of [build, runtime]) {
+      for (const workspace of workspaces) {
+        expect(copies(stage).before).toContain(`${workspace}/package.json`);
+      }
+    }
+    const runtimeCopies = [...copies(runtime).before, ...copies(runtime).after];
+    expect(runtimeCopies).toContain("sdk/bin");
+    expect(runtimeCopies).toContain("sdk/dist");
+    expect(runtimeCopies).toContain(DEPLOYMENT);
+    expect(runtimeCopies).toContain(path.dirname(FLAGS[1] as string));
+    const loaded = loadDeploymentFile(path.join(ROOT, DEPLOYMENT), {
+      env: {
+        ...readManifests(path.join(ROOT, MANIFESTS)).objects.find((o) => o.kind === "ConfigMap")
+          ?.data,
+        GYM_CONTROL_TOKEN: "x",
+      },
+      checkEntrypoints: false,
+    });
+    for (const server of Object.values(loaded.servers)) {
+      const dir = path.relative(ROOT, server.entrypoint).split(path.sep).join("/");
+      expect(runtimeCopies, server.name).toContain(`${dir}/dist`);
+    }
+    expect(runtime).toMatch(/^USER node$/m);
+    expect(runtime).not.toMatch(/^COPY (--from=build )?(\/app\/)?\.\s/m);
   });
 });
