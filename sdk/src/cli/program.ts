@@ -35,7 +35,8 @@ import {
 const ROOT_NOTES = `
 Durations: 500ms, 30s, 2m. Capture keys: task-3 (attempt 0), task-3-a1 (attempt 1).
 --episodes FILE is always a file of capture keys, one per line; --keys lists them inline.
-Only serve and stop take the deployment file as an argument; ckpt verbs take --deployment FILE.
+Only serve, stop and kubernetes take the deployment file as an argument;
+ckpt verbs take --deployment FILE.
 Exit status: 0 success; 1 failed or refused (the reason and what to do are printed); 2 bad usage.
 
 Example:

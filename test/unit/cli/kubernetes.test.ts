@@ -233,6 +233,15 @@ function disagreements(
 }
 
 describe("gym kubernetes", () => {
+  it("is in gym --help, with its options", async () => {
+    const { code, out } = await runGym({ cwd: ROOT }, ["--help"]);
+    expect(code).toBe(0);
+    expect(out).toMatch(/^ {2}gym kubernetes <deployment> +write Kubernetes manifests/m);
+    for (const option of ["--namespace <name>", "--image <image>", "--tasks <file>", "--check"]) {
+      expect(out.slice(out.indexOf("gym kubernetes"))).toContain(option);
+    }
+  });
+
   it("the committed manifests are what the deployment file generates", async () => {
     const { code, out, err } = await runGym({ cwd: ROOT }, [
       "kubernetes",
