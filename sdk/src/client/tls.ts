@@ -6,6 +6,7 @@
  * @see docs/deployment.md#tls
  */
 import { readFileSync } from "node:fs";
+import { rootCertificates } from "node:tls";
 import { Agent, fetch as undiciFetch } from "undici";
 import { ConfigError } from "../errors.js";
 import type { TlsSettings } from "../wire/settings.js";
@@ -13,7 +14,7 @@ import type { TlsSettings } from "../wire/settings.js";
 /** What a client of the deployment passes to `tls.connect` (undici's `connect` options). */
 export interface ClientTlsOptions {
   /** The CAs trusted for the servers' certificates (`tls.ca_file`); absent: the system's. */
-  readonly ca?: Buffer;
+  readonly ca?: Buffer | (string | Buffer)[];
   /** Mutual TLS: the certificate presented (`tls.cert_file`). */
   readonly cert?: Buffer;
   /** Mutual TLS: its key (`tls.key_file`). */
@@ -56,6 +57,19 @@ export function clientTlsOptions(tls: TlsSettings | null | undefined): ClientTls
       ? {}
       : { cert: readPem("cert_file", tls.cert_file), key: readPem("key_file", tls.key_file) }),
   };
+}
+
+/**
+ * {@link clientTlsOptions} for a pool that reaches both a deployment's servers and hosts outside
+ * it (the policy model's backend: a `backend_server` of the deployment, or any `backend_url`):
+ * Node's bundled CAs are trusted beside `ca_file`, which alone would replace them.
+ */
+export function mixedClientTlsOptions(
+  tls: TlsSettings | null | undefined,
+): ClientTlsOptions | null {
+  const options = clientTlsOptions(tls);
+  if (options === null || options.ca === undefined) return options;
+  return { ...options, ca: [...rootCertificates, ...[options.ca].flat()] };
 }
 
 /** What a server of a deployment with `tls` serves HTTPS with, or null for plain HTTP. */

@@ -11,6 +11,7 @@ import type { Request, RequestHandler, Response } from "express";
 import { Agent, fetch } from "undici";
 import { z } from "zod";
 import { BURST_CONNECT_TIMEOUT_MS, IDLE } from "../client/server-client.js";
+import { mixedClientTlsOptions } from "../client/tls.js";
 import { CaptureAdmissionSchema, type CaptureAdmissionInput } from "../capture/admission.js";
 import { assistantFingerprint, conversationDigest } from "../capture/fingerprints.js";
 import { CaptureLedger } from "../capture/ledger/capture-ledger.js";
@@ -138,7 +139,8 @@ export class PolicyModelServer<
    */
   readonly #backend = new Agent({
     ...IDLE,
-    connect: { timeout: BURST_CONNECT_TIMEOUT_MS },
+    // A backend_server of a deployment with tls: serves HTTPS with the deployment's certificate.
+    connect: { timeout: BURST_CONNECT_TIMEOUT_MS, ...mixedClientTlsOptions(this.deployment.tls) },
     headersTimeout: 0,
     bodyTimeout: 0,
   });
@@ -207,6 +209,7 @@ export class PolicyModelServer<
         checkpointId: () => this.#checkpointId,
         controlUrls: config.generation_cut_control_url,
         logger: this.logger,
+        tls: mixedClientTlsOptions(this.deployment.tls),
       });
     }
     const participant = new PolicyParticipant({

@@ -4,8 +4,12 @@
  * a file that cannot be read is named, and a server bound beyond loopback without TLS warns
  * once that its token and data cross the network in clear.
  */
+import { readFileSync } from "node:fs";
+import { createServer as createHttpsServer } from "node:https";
+import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
 import { pino } from "pino";
+import request from "supertest";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ServerUnreachableError } from "#sdk/client/errors.js";
 import { ServerClient } from "#sdk/client/server-client.js";
@@ -13,6 +17,7 @@ import { deploymentFetch } from "#sdk/client/tls.js";
 import { snapshotOf } from "#sdk/cli/top.js";
 import { serveMain } from "#sdk/cli/run-server.js";
 import { ConfigError } from "#sdk/errors.js";
+import { PolicyModelServer } from "#sdk/server/policy-model-server.js";
 import { ResourcesServer } from "#sdk/server/resources-server.js";
 import { resolveCheckpointSettings, type ServerOptions } from "#sdk/server/server.js";
 import type { StatusReply } from "#sdk/wire/control.js";
@@ -166,6 +171,50 @@ describe("a deployment with tls", () => {
     expect(snapshot.phase).toBe("idle");
     // The global fetch neither trusts the test CA nor presents a certificate.
     expect((await snapshotOf({ url })).ready).toBe("down");
+  });
+
+  it("is what the policy model reaches its backend_server over", async () => {
+    // A backend of the deployment under mutual TLS, answering every call with an error: a 502
+    // naming its answer shows the handshake went through both ways.
+    const backend = createHttpsServer(
+      {
+        cert: readFileSync(certs.serverCert),
+        key: readFileSync(certs.serverKey),
+        ca: readFileSync(certs.caCert),
+        requestCert: true,
+        rejectUnauthorized: true,
+      },
+      (req, res) => {
+        req.resume();
+        req.on("end", () => res.writeHead(500).end("engine exploded"));
+      },
+    );
+    await new Promise<void>((resolve) => backend.listen(0, "127.0.0.1", resolve));
+    closers.push(() => new Promise((resolve) => backend.close(() => resolve())));
+    const { port } = backend.address() as AddressInfo;
+    const policy = new PolicyModelServer({
+      name: "policy",
+      logLevel: "silent",
+      config: { backend_server: "engine" },
+      deployment: {
+        checkpoint: null,
+        tls: serverTls(true),
+        servers: {
+          engine: {
+            kind: "backend",
+            url: `https://127.0.0.1:${port}`,
+            host: "127.0.0.1",
+            port,
+            num_workers: 1,
+            config: {},
+          },
+        },
+      },
+    });
+    closers.push(() => policy.close());
+    const reply = await request(policy.app()).post("/v1/responses").send({ input: "hi" });
+    expect(reply.status).toBe(502);
+    expect(reply.body.detail).toMatch(/inference backend answered 500: engine exploded/);
   });
 
   it("is taken from serveMain's --tls-cert, --tls-key and --tls-client-ca", async () => {

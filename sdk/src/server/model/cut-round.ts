@@ -9,6 +9,7 @@ import { ATTR } from "../../telemetry/names.js";
 import { inSpan } from "../../telemetry/spans.js";
 import type { Logger } from "pino";
 import { Agent } from "undici";
+import type { ClientTlsOptions } from "../../client/tls.js";
 import {
   GENERATION_CUT_ROUTE,
   parseGenerationCutReceipt,
@@ -31,6 +32,8 @@ export interface CutRequesterOptions {
   /** Explicit control root per backend base URL (else derived from the base URL). */
   readonly controlUrls?: Readonly<Record<string, string>> | null;
   readonly logger?: Logger;
+  /** What the cut calls trust and present over HTTPS (the deployment's `tls:`). @default none */
+  readonly tls?: ClientTlsOptions | null;
 }
 
 /** The worker control root of a backend: its base URL without a trailing `/` or `/v1`. */
@@ -46,10 +49,11 @@ export function controlRootOf(backend: string): string {
  */
 export class CutRequester implements CutService {
   readonly #options: CutRequesterOptions;
-  readonly #pool = new Agent({ connections: 16 });
+  readonly #pool: Agent;
 
   constructor(options: CutRequesterOptions) {
     this.#options = options;
+    this.#pool = new Agent({ connections: 16, ...(options.tls ? { connect: options.tls } : {}) });
   }
 
   /**
