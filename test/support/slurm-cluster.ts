@@ -99,6 +99,14 @@ async function freePort(taken: Set<number>): Promise<number> {
   }
 }
 
+/** `count` distinct ports free now on every address (for servers the test's jobs start). */
+export async function freePorts(count: number): Promise<number[]> {
+  const taken = new Set<number>();
+  const ports: number[] = [];
+  for (let index = 0; index < count; index += 1) ports.push(await freePort(taken));
+  return ports;
+}
+
 /** The result of a Slurm command. */
 export interface SlurmCommandResult {
   readonly code: number | null;
