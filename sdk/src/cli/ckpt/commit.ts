@@ -11,7 +11,8 @@ import {
 import { PrepareResult, type Participants } from "../../client/coordination.js";
 import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
 import type { CommitReply } from "../../wire/storage.js";
-import { CliError, UsageError, commandOf, type Io } from "../output.js";
+import { CheckpointNotSharedError } from "../../errors.js";
+import { CliError, EXIT_FAILED, UsageError, commandOf, type Io } from "../output.js";
 import { readLastPrepare } from "../state-file.js";
 import { listCell, table } from "../table.js";
 import { deadlineTs, printJson, type CkptOptions } from "./common.js";
@@ -34,7 +35,8 @@ export function episodesOption(options: CommitCommandOptions, io: Io): EpisodeId
 }
 
 /**
- * {@link commitEverywhere}, with the CLI's hint when nothing says which episodes continue.
+ * {@link commitEverywhere}, with the CLI's hints when nothing says which episodes continue and
+ * when this machine does not see what the participants wrote.
  */
 export async function commitAll(
   participants: Participants,
@@ -43,6 +45,15 @@ export async function commitAll(
   try {
     return await commitEverywhere(participants, step);
   } catch (error) {
+    if (error instanceof CheckpointNotSharedError) {
+      throw new CliError(
+        `checkpoint ${step.checkpointId} cannot be used: ${error.message}`,
+        "pass a --dir on a file system every machine mounts at the same path, this one " +
+          "included (NFS, Lustre, CephFS; see docs/storage.md), then checkpoint again",
+        EXIT_FAILED,
+        { cause: error },
+      );
+    }
     if (!(error instanceof CommitScopeRequiredError)) throw error;
     throw new UsageError(
       error.message,
