@@ -29,7 +29,16 @@ import { cpus, hostname, tmpdir } from "node:os";
 import path from "node:path";
 
 /** The commands the cluster needs. */
-const COMMANDS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel"];
+const COMMANDS = [
+  "munged",
+  "slurmctld",
+  "slurmd",
+  "sbatch",
+  "srun",
+  "scontrol",
+  "sinfo",
+  "scancel",
+];
 
 /** The environment variable that marks every process the cluster started (for the sweep). */
 const MARK = "GYM_TEST_SLURM_CLUSTER";
