@@ -63,6 +63,8 @@ export function eventLine(event: CollectEvent): string {
       return `fenced ${event.rows} rows the previous run had sent; they go again as their next attempt`;
     case "recovered":
       return `resumed checkpoint(s) a previous controller left open: ${event.checkpointIds.join(", ")}`;
+    case "reachable":
+      return `${event.servers.join(", ")} answer again: checkpoints go on`;
   }
 }
 

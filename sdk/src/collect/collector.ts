@@ -18,8 +18,10 @@ import {
   resume,
   retire,
   status,
+  UnreachableParticipantsError,
   type Participants,
 } from "../client/coordination.js";
+import { locateServer, locatedName } from "../client/host-loss.js";
 import type { ServerClient } from "../client/server-client.js";
 import { checkCommitShared, checkRestoreShared, writersOf } from "../client/shared-storage.js";
 import { episodeId, nextAttempt, type EpisodeId } from "../identity/episode-id.js";
@@ -116,7 +118,12 @@ export type CollectEvent =
   | { readonly type: "restored"; readonly checkpointId: string; readonly rows: number }
   | { readonly type: "restore_failed"; readonly checkpointId: string; readonly error: string }
   | { readonly type: "fenced"; readonly rows: number }
-  | { readonly type: "recovered"; readonly checkpointIds: readonly string[] };
+  | { readonly type: "recovered"; readonly checkpointIds: readonly string[] }
+  /**
+   * Participants that had not answered since a checkpoint failed answered its resume: the host
+   * is back, and checkpoints are taken again.
+   */
+  | { readonly type: "reachable"; readonly servers: readonly string[] };
 
 /** How one checkpoint ended. */
 export type CheckpointOutcome =
@@ -255,7 +262,16 @@ export class Collection {
   #stopping = false;
   #stopCheckpoint: boolean | null = null;
   readonly #abort = new AbortController();
+  readonly #reachAbort = new AbortController();
   readonly #checkpointLock = new Mutex();
+  /**
+   * Participants that did not answer a checkpoint (their host is down or frozen), each with the
+   * checkpoint IDs it has yet to be resumed from. While any is here no checkpoint is taken (it
+   * would only fail the same way, with dispatch paused), and {@link #reach} resumes them in the
+   * background until they answer.
+   */
+  readonly #unanswered = new Map<string, Set<string>>();
+  #reaching: Promise<void> | null = null;
   #checkpointSeq = 0;
   #timer: NodeJS.Timeout | null = null;
   readonly #counts = { published: 0, missed: 0, failed: 0 };
@@ -621,6 +637,9 @@ export class Collection {
     } finally {
       if (this.#timer !== null) clearInterval(this.#timer);
       await this.#checkpointLock.runExclusive(() => undefined);
+      // Nothing is left to checkpoint: a participant still silent resumes at its lease expiry.
+      this.#reachAbort.abort();
+      await this.#reaching;
       await this.#closeFiles();
     }
     return {
@@ -906,6 +925,9 @@ export class Collection {
       return { status: "unavailable", reason: "no --checkpoint-dir" };
     }
     if (this.#stopping) return { status: "unavailable", reason: "the run is stopping" };
+    if (this.#unanswered.size > 0) {
+      return { status: "unavailable", reason: this.#unansweredReason() };
+    }
     return await this.#checkpointLock.runExclusive(async () => {
       const id = this.#controlId(`c${++this.#checkpointSeq}`);
       return await inSpan(
@@ -932,6 +954,7 @@ export class Collection {
       this.#resumed = deferred();
       let outcome: CheckpointOutcome;
       let published = false;
+      let failure: unknown = null;
       // Taken with dispatch paused: every row sent from now on waits for the resume.
       const rows = [
         ...new Map(
@@ -996,15 +1019,9 @@ export class Collection {
           error: (error as Error).message,
           pauseMs: 0,
         };
+        failure = error;
       }
-      if (!(stop && published)) {
-        try {
-          await resume(participants, id, this.#deadline());
-        } catch (error) {
-          // A participant that missed the resume resumes on its own when its lease expires.
-          this.#log.warn({ err: error }, "resuming after the checkpoint failed");
-        }
-      }
+      if (!(stop && published)) await this.#resumeAfter(participants, id, failure);
       outcome = { ...outcome, pauseMs: performance.now() - started };
       this.#count(outcome);
       if (!stop) {
@@ -1014,6 +1031,91 @@ export class Collection {
       this.#emit({ type: "checkpoint", outcome });
       return outcome;
     }
+  }
+
+  /**
+   * Resumes checkpoint `id` everywhere after it ended. A participant that let the failed step's
+   * deadline pass without a word is not waited for again here (its host is down or frozen: the
+   * pause would last another step); it and any that the resume cannot reach are resumed in the
+   * background until they answer ({@link #reach}), so a host that comes back does not keep the
+   * checkpoint's admission closed until its lease expires.
+   */
+  async #resumeAfter(participants: Participants, id: string, failure: unknown): Promise<void> {
+    const silent = new Set<string>();
+    if (failure instanceof UnreachableParticipantsError) {
+      for (const [name, where] of Object.entries(failure.unreachable)) {
+        if (where.reason === "timeout") silent.add(name);
+      }
+    }
+    const answering = participants.members.filter((member) => !silent.has(member.name));
+    try {
+      if (answering.length > 0) {
+        await resume({ ...participants, members: answering }, id, this.#deadline());
+      }
+    } catch (error) {
+      this.#log.warn({ err: error }, "resuming after the checkpoint failed");
+      if (error instanceof UnreachableParticipantsError) {
+        for (const name of Object.keys(error.unreachable)) silent.add(name);
+      }
+      // A participant that refused the resume answers: it resumes on its own at lease expiry.
+    }
+    for (const name of silent) {
+      const ids = this.#unanswered.get(name) ?? new Set<string>();
+      ids.add(id);
+      this.#unanswered.set(name, ids);
+    }
+    if (this.#unanswered.size > 0) this.#reaching ??= this.#reach(participants);
+  }
+
+  /**
+   * Resumes the checkpoints each silent participant missed, with a growing back-off, until it
+   * answers (any reply: a refusal says the host is back too) or the run ends.
+   */
+  async #reach(participants: Participants): Promise<void> {
+    let backoffMs = 500;
+    try {
+      while (this.#unanswered.size > 0 && !this.#reachAbort.signal.aborted) {
+        const back: string[] = [];
+        await Promise.all(
+          [...this.#unanswered].map(async ([name, ids]) => {
+            const member = participants.members.filter((m) => m.name === name);
+            for (const id of [...ids]) {
+              try {
+                await resume({ ...participants, members: member }, id, this.#deadline());
+              } catch (error) {
+                if (!answered(error)) return;
+                this.#log.warn({ err: error, server: name }, "a late resume was refused");
+              }
+              ids.delete(id);
+            }
+            this.#unanswered.delete(name);
+            back.push(name);
+          }),
+        );
+        if (back.length > 0) {
+          this.#log.info({ servers: back }, "participants answer again");
+          this.#emit({ type: "reachable", servers: back.sort() });
+          backoffMs = 500;
+        }
+        if (this.#unanswered.size === 0) break;
+        await pause(backoffMs, this.#reachAbort.signal);
+        backoffMs = Math.min(backoffMs * 2, 10_000);
+      }
+    } finally {
+      this.#reaching = null;
+    }
+  }
+
+  /** Why no checkpoint is taken while participants are silent, naming them and their hosts. */
+  #unansweredReason(): string {
+    const deployment = this.#options.client.deployment;
+    const names = [...this.#unanswered.keys()].sort();
+    const shown = names.map((name) => locatedName(name, locateServer(deployment, name)));
+    const hosts = [...new Set(names.map((name) => locateServer(deployment, name).host))].sort();
+    return (
+      `${shown.join(", ")} did not answer the last checkpoint (is host ${hosts.join(", ")} down or frozen?); ` +
+      "none is taken until it answers, and the last published one stays"
+    );
   }
 
   #count(outcome: CheckpointOutcome): void {
@@ -1052,6 +1154,12 @@ export class Collection {
       elapsedSeconds,
     };
   }
+}
+
+/** Whether a participant's resume failed because it answered (refused), not for silence. */
+function answered(error: unknown): boolean {
+  if (!(error instanceof UnreachableParticipantsError)) return true;
+  return Object.keys(error.unreachable).length === 0;
 }
 
 function noReply(message: string, attempts: number): RowFailure {
