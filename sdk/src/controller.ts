@@ -35,6 +35,7 @@ export type { UnreachableReason } from "./client/errors.js";
 
 // Coordination
 export {
+  ClockSkewError,
   CoordinationError,
   PREPARE_ORDER,
   PrepareResult,
@@ -60,6 +61,7 @@ export type {
 } from "./client/coordination.js";
 export type { ServerLocation, UnreachableParticipant } from "./client/host-loss.js";
 export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-everywhere.js";
+export { DEFAULT_MAX_CLOCK_SKEW_MS } from "./client/clock.js";
 export type { CommitStep } from "./client/commit-everywhere.js";
 
 // Rollout collection (what `gym collect` runs)

@@ -1,7 +1,8 @@
 /**
  * `gym top`: a live view of a running deployment, one row per server, read from each server's
  * own `/ready` and `/metrics` (no control token needed): readiness, phase, admission, work in
- * flight, sessions, blockers, request rate, commits. Redrawn in place on a terminal; `--once`
+ * flight, sessions, blockers, request rate, commits, and the clock's offset from the controller's
+ * as the last control call showed it. Redrawn in place on a terminal; `--once`
  * prints one snapshot. The request rate and count leave out operational and control routes, so
  * the top's own polling does not show as traffic.
  */
@@ -25,6 +26,8 @@ export interface ServerSnapshot {
   /** Work requests served so far: every route but the operational and control ones. */
   readonly requests: number | null;
   readonly commits: number | null;
+  /** The server's clock minus the last controller's that called it, in seconds. */
+  readonly clockOffset: number | null;
 }
 
 /** One sample of a Prometheus text exposition. */
@@ -154,7 +157,24 @@ export async function snapshotOf(
     blockers: sum(samples, "gym_participant_blockers"),
     requests: workRequests(samples, metricsPath),
     commits: sum(samples, OPERATION_COUNT, { operation: "commit", outcome: "ok" }),
+    clockOffset: clockOffsetOf(samples),
   };
+}
+
+/** The largest `gym_clock_offset_seconds` of a scrape (one per worker), or null. */
+export function clockOffsetOf(samples: readonly Sample[]): number | null {
+  let offset: number | null = null;
+  for (const sample of samples) {
+    if (sample.name !== "gym_clock_offset_seconds" || !Number.isFinite(sample.value)) continue;
+    if (offset === null || Math.abs(sample.value) > Math.abs(offset)) offset = sample.value;
+  }
+  return offset;
+}
+
+/** A clock offset as `gym top` shows it: `+2.01s`, `-0.00s`, or `-` before any control call. */
+export function clockCell(seconds: number | null): string {
+  if (seconds === null) return "-";
+  return `${seconds < 0 ? "-" : "+"}${Math.abs(seconds).toFixed(2)}s`;
 }
 
 const cell = (value: number | null): string => (value === null ? "-" : String(value));
@@ -215,6 +235,7 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
           rate,
           cell(snapshot.requests),
           cell(snapshot.commits),
+          clockCell(snapshot.clockOffset),
         ];
       });
       previous = next;
@@ -231,6 +252,7 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
           "REQ/S",
           "REQUESTS",
           "COMMITS",
+          "CLOCK",
         ],
         rows,
       );

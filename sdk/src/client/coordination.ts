@@ -2,7 +2,8 @@
  * Coordination: the functions a training controller calls to checkpoint a deployment (see
  * docs/controller.md). Each is safe to retry with the same checkpoint ID. Stages run in the
  * contract's order; within a stage every participant is called at once; each fan-out body is
- * encoded once and the same bytes go to every participant.
+ * encoded once per participant clock (see "Clock skew" in docs/controller.md), so participants
+ * whose clocks agree with the controller's get the same bytes.
  *
  * @see docs/controller.md
  */
@@ -32,6 +33,13 @@ import {
   type StatusReply,
 } from "../wire/control.js";
 import type { CommitReply, RestoreReply } from "../wire/storage.js";
+import {
+  DEFAULT_MAX_CLOCK_SKEW_MS,
+  deadlineCorrectionMs,
+  describeSkew,
+  estimateClockOffset,
+  translateDeadline,
+} from "./clock.js";
 import { ServerReplyError, ServerUnreachableError } from "./errors.js";
 import {
   describeHostLoss,
@@ -62,6 +70,13 @@ export const CALL_SLACK_MS = 5_000;
 export interface Member {
   readonly name: string;
   readonly kind: ParticipantKind;
+  /**
+   * The participant's clock minus the controller's, in ms, as discovery measured it (positive:
+   * it is ahead). Deadlines sent to it are moved by this much; unknown (absent) means none.
+   */
+  readonly clockOffsetMs?: number;
+  /** How far the true offset may be from `clockOffsetMs`, in ms. */
+  readonly clockUncertaintyMs?: number;
 }
 
 /** The participants of a deployment and how to reach them. */
@@ -71,6 +86,12 @@ export interface Participants {
   /** Sorted by (stage of kind, name). */
   readonly members: readonly Member[];
   readonly logger?: Logger;
+  /**
+   * The largest clock offset (either way) prepare and restore accept, in ms; beyond it they
+   * throw {@link ClockSkewError} before any participant is called.
+   * @default 5_000
+   */
+  readonly maxClockSkewMs?: number;
 }
 
 /** A coordination step failed on some participants; `failures` says what happened on each. */
@@ -99,6 +120,42 @@ export class CoordinationError extends Error {
     }
     return codes;
   }
+}
+
+/**
+ * A participant's clock is further from the controller's than the bound allows: prepare or
+ * restore was refused before any participant was called. `failures` names each such server
+ * with its offset; `offsetsMs` has the offsets (its clock minus the controller's, in ms).
+ */
+export class ClockSkewError extends CoordinationError {
+  override readonly name = "ClockSkewError";
+  constructor(
+    operation: string,
+    readonly offsetsMs: Readonly<Record<string, number>>,
+    readonly boundMs: number,
+  ) {
+    const failures: Record<string, string> = {};
+    for (const [server, offsetMs] of Object.entries(offsetsMs)) {
+      failures[server] = describeSkew(server, offsetMs, boundMs);
+    }
+    const names = Object.keys(failures).sort();
+    super(
+      operation,
+      failures,
+      `checkpoint ${operation} refused: ` + names.map((name) => failures[name]).join("; "),
+    );
+  }
+}
+
+/** Throws {@link ClockSkewError} when a member's measured offset is beyond the bound. */
+function checkClockSkew(participants: Participants, operation: string): void {
+  const boundMs = participants.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
+  const offsets: Record<string, number> = {};
+  for (const member of participants.members) {
+    const offsetMs = member.clockOffsetMs;
+    if (offsetMs !== undefined && Math.abs(offsetMs) > boundMs) offsets[member.name] = offsetMs;
+  }
+  if (Object.keys(offsets).length > 0) throw new ClockSkewError(operation, offsets, boundMs);
 }
 
 /**
@@ -191,19 +248,29 @@ export interface DiscoverOptions {
   readonly probeTimeoutMs?: number;
   /** Fail unless a policy model takes part. @default true */
   readonly requireModel?: boolean;
+  /**
+   * The largest clock offset of a participant that prepare and restore accept, in ms (kept on
+   * the returned {@link Participants}). @default 5_000
+   */
+  readonly maxClockSkewMs?: number;
   readonly logger?: Logger;
 }
 
 /**
  * Finds the participants: probes every server of the deployment except `backend`s with
  * `GET .../status` over the control pool. 404 means "not a participant" (skipped); a server that
- * is down, never answers, answers otherwise, or reports an unknown kind fails discovery.
+ * is down, never answers, answers otherwise, or reports an unknown kind fails discovery. Each
+ * member's clock offset is measured from its reply (`now`, else the `Date` header).
  */
 export async function discover(
   client: ServerClient,
   token: string,
   options: DiscoverOptions = {},
 ): Promise<Participants> {
+  const maxClockSkewMs = options.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
+  if (!(maxClockSkewMs >= 0) || !Number.isFinite(maxClockSkewMs)) {
+    throw new RangeError(`maxClockSkewMs must be a finite number >= 0, got ${maxClockSkewMs}`);
+  }
   const tries = options.tries ?? 3;
   const probeTimeoutMs = options.probeTimeoutMs ?? 60_000;
   const candidates = client.serverNames().filter((name) => client.server(name).kind !== "backend");
@@ -215,15 +282,31 @@ export async function discover(
       for (let attempt = 1; ; attempt++) {
         const left = probeTimeoutMs - (Date.now() - started);
         try {
-          const status = await client.control<StatusReply>(name, "status", null, {
+          const sentMs = Date.now();
+          const reply = await client.controlWithReply<StatusReply>(name, "status", null, {
             token,
             timeoutMs: Math.max(1, left),
           });
-          const kind = status?.kind;
+          const clock = estimateClockOffset({
+            sentMs,
+            receivedMs: Date.now(),
+            serverNow: reply.body?.now,
+            dateHeader: reply.headers.date,
+          });
+          const kind = reply.body?.kind;
           if (!(PARTICIPANT_KINDS as readonly string[]).includes(kind)) {
             failures[name] = `unknown participant kind ${JSON.stringify(kind)}`;
           } else {
-            members.push({ name, kind: kind as ParticipantKind });
+            members.push({
+              name,
+              kind: kind as ParticipantKind,
+              ...(clock === null
+                ? {}
+                : {
+                    clockOffsetMs: Math.round(clock.offsetMs),
+                    clockUncertaintyMs: Math.ceil(clock.uncertaintyMs),
+                  }),
+            });
           }
           return;
         } catch (error) {
@@ -254,7 +337,7 @@ export async function discover(
     (a, b) =>
       stageIndex(a.kind) - stageIndex(b.kind) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
   );
-  return { client, token, members, logger: options.logger };
+  return { client, token, members, logger: options.logger, maxClockSkewMs };
 }
 
 /**
@@ -281,8 +364,28 @@ async function coordinateSpan<T>(
   );
 }
 
-function encode(body: unknown): Uint8Array {
-  return Buffer.from(JSON.stringify(body), "utf8");
+/**
+ * A fan-out body, encoded once per participant clock: its `deadline_ts` is the controller's,
+ * moved by each participant's offset (see {@link deadlineCorrectionMs}).
+ */
+interface EncodedBody {
+  bytesFor(member: Member): Uint8Array;
+}
+
+function encode(body: { readonly deadline_ts: number } & Record<string, unknown>): EncodedBody {
+  const byCorrection = new Map<number, Uint8Array>();
+  return {
+    bytesFor(member) {
+      const correction = deadlineCorrectionMs(member.clockOffsetMs, member.clockUncertaintyMs);
+      let bytes = byCorrection.get(correction);
+      if (bytes === undefined) {
+        const deadline = translateDeadline(body.deadline_ts, correction);
+        bytes = Buffer.from(JSON.stringify({ ...body, deadline_ts: deadline }), "utf8");
+        byCorrection.set(correction, bytes);
+      }
+      return bytes;
+    },
+  };
 }
 
 /** max(deadline − now, 0) + 5 s, in whole milliseconds (deadlines may carry microseconds). */
@@ -290,12 +393,15 @@ function callTimeoutMs(deadlineTs: number): number {
   return Math.ceil(Math.max(0, deadlineTs * 1000 - Date.now())) + CALL_SLACK_MS;
 }
 
-/** Calls `members` at once with the same bytes; returns replies or throws one CoordinationError. */
+/**
+ * Calls `members` at once, each with the body in its clock (the same bytes for agreeing clocks);
+ * returns replies or throws one CoordinationError.
+ */
 async function fanOut<T>(
   participants: Participants,
   members: readonly Member[],
   operation: Operation,
-  bytes: Uint8Array,
+  body: EncodedBody,
   deadlineTs: number,
   onReply?: MemberTiming,
   /** The time the whole step had to its deadline, for a failure's description. */
@@ -309,6 +415,7 @@ async function fanOut<T>(
     members.map(async (member) => {
       const started = performance.now();
       try {
+        const bytes = body.bytesFor(member);
         replies[member.name] = await participants.client.control<T>(member.name, operation, bytes, {
           token: participants.token,
           timeoutMs: callTimeoutMs(deadlineTs),
@@ -405,6 +512,8 @@ export async function prepare(
     readonly onStage?: (kind: ParticipantKind, elapsedMs: number) => void;
   } = {},
 ): Promise<PrepareResult> {
+  // Before any participant is asked anything: nothing is prepared on a refusal.
+  checkClockSkew(participants, "prepare");
   return await coordinateSpan("prepare", checkpointId, async () => {
     return await prepareStages(participants, checkpointId, deadlineTs, options);
   });
@@ -423,7 +532,10 @@ async function prepareStages(
   for (const kind of PREPARE_ORDER) {
     const stage = byKinds(participants, [kind]);
     if (stage.length === 0) continue;
-    const body: Record<string, unknown> = { checkpoint_id: checkpointId, deadline_ts: deadlineTs };
+    const body: { deadline_ts: number } & Record<string, unknown> = {
+      checkpoint_id: checkpointId,
+      deadline_ts: deadlineTs,
+    };
     if (restarts.size > 0) body.restarts = [...restarts].sort();
     const started = performance.now();
     const stageReplies = await inSpan(
@@ -483,7 +595,7 @@ export async function commit(
   participants: Participants,
   options: CommitOptions,
 ): Promise<Record<string, CommitReply>> {
-  const body: Record<string, unknown> = {
+  const body: { deadline_ts: number } & Record<string, unknown> = {
     checkpoint_id: options.checkpointId,
     deadline_ts: options.deadlineTs,
     checkpoint_dir: absoluteDir(options.checkpointDir),
@@ -530,8 +642,10 @@ export async function restore(
   participants: Participants,
   options: RestoreOptions,
 ): Promise<Record<string, RestoreReply>> {
-  // A mistaken deadline is refused before the try: it must not trigger the rollback below.
+  // A mistaken deadline or a skewed clock is refused before the try: it must not trigger the
+  // rollback below.
   checkDeadline(options.deadlineTs);
+  checkClockSkew(participants, "restore");
   return await coordinateSpan(
     "restore",
     options.checkpointId,
@@ -709,7 +823,7 @@ export async function forget(
 async function callersFirst<T>(
   participants: Participants,
   operation: "retire" | "forget",
-  bytes: Uint8Array,
+  bytes: EncodedBody,
   deadlineTs: number,
 ): Promise<Record<string, T>> {
   const replies: Record<string, T> = {};

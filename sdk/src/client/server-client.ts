@@ -5,7 +5,7 @@ import { timeoutSignal } from "../util/deadline.js";
 import { clientTlsOptions, isTlsFailure } from "./tls.js";
 import { captureKey, type EpisodeId } from "../identity/episode-id.js";
 import { rolloutPath } from "../identity/rollout-prefix.js";
-import { CONTROL_PREFIX, type Operation } from "../wire/control.js";
+import { CONTROLLER_TIME_HEADER, CONTROL_PREFIX, type Operation } from "../wire/control.js";
 import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
 import {
   ServerReplyError,
@@ -294,7 +294,21 @@ export class ServerClient {
     body: Uint8Array | null,
     options: { token: string; timeoutMs: number; signal?: AbortSignal },
   ): Promise<T> {
-    const reply = await this.#call<T>(
+    return (await this.controlWithReply<T>(server, operation, body, options)).body;
+  }
+
+  /**
+   * Like {@link control}, also returning status and headers (discovery reads the reply's
+   * `Date` when a status reply has no `now`). Every control call carries this side's clock in
+   * `x-ng-controller-time`, so a participant can report its offset from the controller's.
+   */
+  async controlWithReply<T = unknown>(
+    server: string,
+    operation: Operation,
+    body: Uint8Array | null,
+    options: { token: string; timeoutMs: number; signal?: AbortSignal },
+  ): Promise<CallReply<T>> {
+    return await this.#call<T>(
       this.#control,
       server,
       operation === "status" ? "GET" : "POST",
@@ -303,10 +317,12 @@ export class ServerClient {
         body,
         timeoutMs: options.timeoutMs,
         signal: options.signal,
-        headers: { authorization: `Bearer ${options.token}` },
+        headers: {
+          authorization: `Bearer ${options.token}`,
+          [CONTROLLER_TIME_HEADER]: (Date.now() / 1000).toFixed(3),
+        },
       },
     );
-    return reply.body;
   }
 
   /** Destroys both pools: calls still in flight fail at once. */

@@ -1,6 +1,7 @@
 import { Router } from "express";
+import { recordClockOffset } from "../telemetry/metrics.js";
 import { CONTROL_ROUTES } from "../wire/control-routes.js";
-import type { Operation } from "../wire/control.js";
+import { CONTROLLER_TIME_HEADER, type Operation } from "../wire/control.js";
 import { bearerAuth } from "./bearer-auth.js";
 import { notFoundHandler } from "./error-handler.js";
 import { BODY_LIMIT_BYTES, jsonBody } from "./json-body.js";
@@ -21,8 +22,15 @@ export interface ControlDispatcher {
  * Only the listed spellings and methods exist: paths match case-sensitively and
  * without a trailing slash, and any other method on a control path (OPTIONS included, which
  * Express would otherwise answer by itself) is checked for the bearer, then answered 404.
+ *
+ * Clocks: a status reply carries `now`, this server's clock; a call that names the controller's
+ * clock (`x-ng-controller-time`) sets `gym_clock_offset_seconds` of `server`.
  */
-export function controlRouter(dispatcher: ControlDispatcher, token: string): Router {
+export function controlRouter(
+  dispatcher: ControlDispatcher,
+  token: string,
+  server = "server",
+): Router {
   const router = Router({ caseSensitive: true, strict: true });
   const auth = bearerAuth(token);
   // Control bodies can list many episodes: the data routes' limit bounds them without getting
@@ -31,8 +39,15 @@ export function controlRouter(dispatcher: ControlDispatcher, token: string): Rou
   for (const route of CONTROL_ROUTES) {
     const handlers = route.method === "post" ? [auth, json] : [auth];
     router[route.method](route.path, ...handlers, async (req, res) => {
+      const sent = Number(req.get(CONTROLLER_TIME_HEADER) ?? Number.NaN);
+      // Only a plausible Unix time: an absent or malformed header is no reading.
+      if (Number.isFinite(sent) && sent > 0) recordClockOffset(server, Date.now() / 1000 - sent);
       const body: unknown = route.method === "post" ? req.body : undefined;
-      res.json(await dispatcher.dispatch(route.operation, body));
+      const reply = await dispatcher.dispatch(route.operation, body);
+      // Taken as late as possible, so a controller's estimate is not off by the dispatch time.
+      res.json(
+        route.operation === "status" ? { ...(reply as object), now: Date.now() / 1000 } : reply,
+      );
     });
   }
   for (const path of new Set(CONTROL_ROUTES.map((route) => route.path))) {

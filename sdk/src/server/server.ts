@@ -498,7 +498,9 @@ export class Server<Config = unknown> {
             logger: this.logger,
           }));
         this.#controlRoutes = true;
-        app.use(controlRouter(dispatcher, this.checkpointSettings.control_auth_token ?? ""));
+        app.use(
+          controlRouter(dispatcher, this.checkpointSettings.control_auth_token ?? "", this.name),
+        );
       }
     }
     app.use(rolloutPrefix());

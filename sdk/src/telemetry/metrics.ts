@@ -129,6 +129,18 @@ export function watchParticipant(source: ParticipantGauges): () => void {
   };
 }
 
+/** Server name → its clock minus the last controller's that called it, in seconds. */
+const clockOffsets = new Map<string, number>();
+
+/**
+ * Records how far this server's clock is from the controller's, as one control call showed it
+ * (`gym_clock_offset_seconds`, replacing the value before).
+ */
+export function recordClockOffset(server: string, seconds: number): void {
+  clockOffsets.set(server, seconds);
+  ensureGauges();
+}
+
 /** Registers the observable gauges once per meter provider. */
 export function ensureGauges(): void {
   const provider = metrics.getMeterProvider();
@@ -171,6 +183,14 @@ export function ensureGauges(): void {
         result.observe(source.blockers(), { server: source.server, kind: source.kind }),
       ),
     );
+  meter
+    .createObservableGauge(METRIC.clockOffset, {
+      description: "This server's clock minus the controller's, as the last control call showed it",
+      unit: "s",
+    })
+    .addCallback((result) => {
+      for (const [server, seconds] of clockOffsets) result.observe(seconds, { server });
+    });
   meter
     .createObservableGauge(METRIC.counts, {
       description: "The participant's live counts (in flight, sessions, held responses, cuts)",

@@ -43,6 +43,11 @@ export const METRIC = {
   blockers: "gym.participant.blockers",
   /** Gauge: the participant's readiness counts (`count`: inflight, sessions, held, cut...). */
   counts: "gym.participant.count",
+  /**
+   * Gauge (s): this server's clock minus the controller's, as the last control call showed it
+   * (`server`).
+   */
+  clockOffset: "gym.clock.offset",
   /** Histogram (s) of every request: `http.request.method`, `http.route`, `http.response.status_code`. */
   httpDuration: "http.server.request.duration",
 } as const;

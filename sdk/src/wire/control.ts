@@ -11,6 +11,13 @@ import { EpisodeIdSchema, SAFE_ID_PATTERN } from "../identity/episode-id.js";
 /** The path under which every control route lives. */
 export const CONTROL_PREFIX = "/ng-control/v1/checkpoint";
 
+/**
+ * The header in which a controller sends its clock (Unix seconds, millisecond resolution) on
+ * every control call, so a participant can report how far its own clock is from the
+ * controller's (`gym_clock_offset_seconds`). Optional; a malformed value is ignored.
+ */
+export const CONTROLLER_TIME_HEADER = "x-ng-controller-time";
+
 /** The phases of a participant's checkpoint state machine. */
 export const PHASES = ["idle", "preparing", "prepared", "committed", "restored"] as const;
 /** One phase of the checkpoint state machine. */
@@ -238,6 +245,10 @@ export const StatusReplySchema = z
     lease_expires_at: z.number().nullable(),
     retired_rollouts: z.number().int().min(0),
     report: PrepareReportSchema,
+    now: z.number().optional().meta({
+      description:
+        "The server's clock when it answered, Unix seconds with millisecond resolution: a controller measures its clock offset with it.",
+    }),
   })
   .meta({
     id: "StatusReply",
@@ -250,6 +261,7 @@ export const StatusReplySchema = z
       lease_expires_at: null,
       retired_rollouts: 0,
       report: { ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: [] },
+      now: 1767225600.123,
     },
   });
 export type StatusReply = z.infer<typeof StatusReplySchema>;

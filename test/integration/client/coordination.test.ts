@@ -193,13 +193,17 @@ describe("discover", () => {
       helper: "none",
       backend: "backend",
     });
-    expect(participants.members).toEqual([
+    expect(participants.members.map(({ name, kind }) => ({ name, kind }))).toEqual([
       { name: "env", kind: "environment" },
       { name: "policy", kind: "model" },
       { name: "agent", kind: "agent" },
       { name: "counter", kind: "resources" },
       { name: "weather", kind: "resources" },
     ]);
+    // One process, one clock: each offset is within what a loaded loop can make of a round trip.
+    for (const member of participants.members) {
+      expect(Math.abs(member.clockOffsetMs ?? Number.NaN)).toBeLessThan(1_000);
+    }
   });
 
   it("reports a server that is down instead of waiting on it", async () => {

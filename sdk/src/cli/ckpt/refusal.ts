@@ -3,7 +3,7 @@
  * in a table, and one hint, chosen from the remote codes, saying what to do next.
  */
 import path from "node:path";
-import type { CoordinationError } from "../../client/coordination.js";
+import { ClockSkewError, type CoordinationError } from "../../client/coordination.js";
 import { CliError } from "../output.js";
 import type { StatePaths } from "../state-io.js";
 import type { RunState, StateServer } from "../state-schema.js";
@@ -72,6 +72,9 @@ function refusalHint(
   context: RefusalContext | null,
   gym: string,
 ): string {
+  if (error instanceof ClockSkewError) {
+    return `synchronise the clocks of ${names.join(", ")} with this machine's (chrony or NTP), then retry`;
+  }
   for (const code of new Set(names.map((name) => codes[name]))) {
     if (code === "invalid_checkpoint_state") {
       return invalidStateHint(
