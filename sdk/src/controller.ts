@@ -61,6 +61,10 @@ export type {
 } from "./client/coordination.js";
 export type { ServerLocation, UnreachableParticipant } from "./client/host-loss.js";
 export { CommitScopeRequiredError, commitEverywhere } from "./client/commit-everywhere.js";
+export { checkCommitShared, checkRestoreShared, writersOf } from "./client/shared-storage.js";
+export type { Writers } from "./client/shared-storage.js";
+export { CheckpointNotSharedError } from "./errors.js";
+export type { UnsharedState } from "./errors.js";
 export { DEFAULT_MAX_CLOCK_SKEW_MS } from "./client/clock.js";
 export type { CommitStep } from "./client/commit-everywhere.js";
 
