@@ -2,8 +2,9 @@
  * `gym collect` when a host is lost, in real processes: a server frozen (SIGSTOP on its process
  * group) mid-collection fails the checkpoint that needs it, the last published checkpoint stays,
  * no checkpoint is taken while it is silent, and once it is thawed the run resumes it, goes on
- * checkpointing and ends every row exactly once. Then a run stopped by SIGTERM is resumed onto
- * replacement servers at other addresses.
+ * checkpointing and ends every row exactly once. A collector killed with the servers running is
+ * resumed against them; a run stopped by SIGTERM is resumed onto replacement servers at other
+ * addresses.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -121,6 +122,29 @@ describe.sequential("gym collect loses a host", { timeout: 180_000 }, () => {
       if (collect.child.exitCode === null) collect.signal("SIGKILL");
       await run.release().catch(() => 0);
     }
+  });
+
+  it("the collector's machine lost, the servers running: --resume says why the checkpoint cannot be restored into them, and its rows start over once each", async () => {
+    await run.hold({ after_calls_per_rollout: 1 });
+    const rows = 2;
+    const { dir, tasks } = scenario("collector-lost", rows);
+    const args = [tasks, "--checkpoint-dir", dir.dir, "--concurrency", "2", "--json"];
+    const collect = new CollectProcess(run, args);
+    await heldCalls(2);
+    collect.signal("SIGUSR1");
+    const checkpoint = await until("a published checkpoint", () => dir.latest());
+    collect.signal("SIGKILL");
+    await collect.exited;
+    await run.release();
+    const resumed = await collectToEnd(run, [...args, "--resume"]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stderr).toContain(
+      `restoring checkpoint ${checkpoint} failed (the servers are the processes that took checkpoint ${checkpoint} and resumed it`,
+    );
+    expect(JSON.parse(resumed.stdout)).toMatchObject({ status: "complete", restored: 0 });
+    expectEveryRowOnce(dir, rows);
+    // Fenced at the replacement attempt the failed restore named, sent as the one after.
+    expect(dir.rows().map((row) => row.attempt)).toEqual([2, 2]);
   });
 
   it("--resume onto replacement servers at other addresses restores the checkpointed rows there", async () => {

@@ -18,6 +18,7 @@ import {
   resume,
   retire,
   status,
+  CoordinationError,
   UnreachableParticipantsError,
   type Participants,
 } from "../client/coordination.js";
@@ -522,7 +523,7 @@ export class Collection {
       this.#emit({
         type: "restore_failed",
         checkpointId: manifest.checkpoint_id,
-        error: (error as Error).message,
+        error: outlivedCollector(error, manifest.checkpoint_id) ?? (error as Error).message,
       });
       this.#log.warn({ err: error }, "restoring the latest checkpoint failed; its rows start over");
       await this.#fenceAtStart(
@@ -1154,6 +1155,26 @@ export class Collection {
       elapsedSeconds,
     };
   }
+}
+
+/**
+ * What to say when every participant refused to restore checkpoint `id` as one it already
+ * resumed: the servers are the processes that took it and kept running after the collector was
+ * lost. The contract restores only into fresh processes (a policy model that has served calls
+ * refuses any restore), so the rows start over; restarting the servers first would continue them.
+ */
+function outlivedCollector(error: unknown, id: string): string | null {
+  if (!(error instanceof CoordinationError)) return null;
+  const codes = Object.values(error.codes());
+  const failed = Object.keys(error.failures).length;
+  if (failed === 0 || codes.length !== failed || codes.some((c) => c !== "stale_checkpoint")) {
+    return null;
+  }
+  return (
+    `the servers are the processes that took checkpoint ${id} and resumed it (every one refused ` +
+    "409 stale_checkpoint): they outlived the previous collector, and a restore needs freshly " +
+    "started servers (restart them before --resume to continue such rows from their boundaries)"
+  );
 }
 
 /** Whether a participant's resume failed because it answered (refused), not for silence. */
