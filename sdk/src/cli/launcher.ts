@@ -71,6 +71,11 @@ export interface ServeOptions {
   readonly healthTimeoutMs?: number;
   /** @default {@link DEFAULT_GRACE_MS} */
   readonly graceMs?: number;
+  /**
+   * On SIGTERM, let participants serve until a checkpoint commits, for at most this long (see
+   * `term-grace.ts`). @default 0 (stop at once)
+   */
+  readonly termGraceMs?: number;
   /** Stops a foreground run (instead of the process's SIGINT/SIGTERM/SIGHUP); for tests. */
   readonly signal?: AbortSignal;
 }
@@ -205,6 +210,7 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     deployment,
     health_timeout_ms: options.healthTimeoutMs ?? DEFAULT_HEALTH_TIMEOUT_MS,
     grace_ms: options.graceMs ?? DEFAULT_GRACE_MS,
+    ...((options.termGraceMs ?? 0) > 0 ? { term_grace_ms: options.termGraceMs } : {}),
     stream_logs: options.foreground === true,
     servers: targets.map((name) => {
       const server = loaded.servers[name];
@@ -412,9 +418,11 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
   const dead = deadServers(state).filter((entry) => targets.includes(entry.name));
   for (const line of deadServerLines(dead, io)) io.err(line);
   const started = Date.now();
+  // Servers started with a term grace take SIGTERM as "finish up": SIGINT stops them now.
+  const signal = entries.some((entry) => entry.stop_signal === "SIGINT") ? "SIGINT" : "SIGTERM";
   const outcomes = await stopGroups(
     entries.map((entry) => entry.pgid),
-    { graceMs: options.graceMs ?? DEFAULT_GRACE_MS, kill: options.kill === true },
+    { graceMs: options.graceMs ?? DEFAULT_GRACE_MS, kill: options.kill === true, signal },
   );
   // Supervisors end once their servers are gone; wait for those (bounded), then make sure.
   const supervisors = [
@@ -444,7 +452,7 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
     );
   }
   const word: Record<GroupStop["outcome"], string> = {
-    term: "stopped (SIGTERM)",
+    term: `stopped (${signal})`,
     kill: options.kill === true ? "killed (SIGKILL)" : "killed (SIGKILL after the grace period)",
     gone: "was not running",
     alive: "STILL RUNNING",

@@ -135,7 +135,7 @@ export interface GroupStop {
  */
 export async function stopGroups(
   pgids: readonly number[],
-  options: { graceMs: number; kill?: boolean; killWaitMs?: number },
+  options: { graceMs: number; kill?: boolean; killWaitMs?: number; signal?: NodeJS.Signals },
 ): Promise<GroupStop[]> {
   const killWaitMs = options.killWaitMs ?? 5_000;
   const outcomes = new Map<number, GroupStop["outcome"]>();
@@ -146,7 +146,7 @@ export async function stopGroups(
   });
   let remaining = running;
   if (options.kill !== true) {
-    for (const pgid of running) signalGroup(pgid, "SIGTERM");
+    for (const pgid of running) signalGroup(pgid, options.signal ?? "SIGTERM");
     await pollUntil(() => remaining.every((pgid) => !isGroupAlive(pgid)), options.graceMs);
     for (const pgid of running) if (!isGroupAlive(pgid)) outcomes.set(pgid, "term");
     remaining = running.filter((pgid) => !outcomes.has(pgid));

@@ -79,6 +79,10 @@ function buildProgram(handlers: Handlers): Command {
     .option("--foreground", "also stream every server's log, prefixed by its name")
     .option("--health-timeout <duration>", "how long each server gets to answer GET /health", "30s")
     .option("--grace <duration>", "SIGTERM → SIGKILL delay when stopping", "15s")
+    .option(
+      "--term-grace <duration>",
+      "on SIGTERM keep serving until a checkpoint commits, at most this long (a Slurm requeue, a pod eviction)",
+    )
     .action(
       run(
         async (
@@ -91,6 +95,7 @@ function buildProgram(handlers: Handlers): Command {
             foreground?: boolean;
             healthTimeout?: string;
             grace?: string;
+            termGrace?: string;
           },
         ) => {
           const { serve } = await import("./launcher.js");
@@ -108,6 +113,7 @@ function buildProgram(handlers: Handlers): Command {
                 DEFAULT_HEALTH_TIMEOUT_MS,
               ),
               graceMs: duration(flags.grace, "--grace", DEFAULT_GRACE_MS),
+              termGraceMs: duration(flags.termGrace, "--term-grace", 0),
             },
             io,
           );

@@ -21,6 +21,7 @@ import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deplo
 import { describeError } from "./output.js";
 import { processLogger } from "./process-logger.js";
 import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
+import { drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
 
 /** What a server module's default export must build: something that listens and closes. */
 export interface StartableServer {
@@ -41,6 +42,11 @@ export interface RunningServer {
   readonly address: ListeningAddress;
   /** Closes the server gracefully (idempotent). */
   stop(): Promise<void>;
+  /**
+   * The checkpoint phase of the participant this process serves (`idle`, `prepared`,
+   * `committed`, ...), or null when it takes no part in checkpoints. Read by the term grace.
+   */
+  readonly checkpointPhase?: () => string | null;
 }
 
 /** A server module cannot be used; the message says what to change. */
@@ -101,29 +107,60 @@ export async function startServer(
   const server = await buildServer(exported, options);
   const address = await server.listen(listen);
   let stopping: Promise<void> | null = null;
+  const participantServer = server as { controlPlane?: { phase: string } | null };
   return {
     server,
     address,
     stop: () => (stopping ??= server.close()),
+    checkpointPhase: () => participantServer.controlPlane?.phase ?? null,
   };
 }
 
 /**
  * Stops the server on SIGTERM or SIGINT: closes it gracefully, then lets the process end. A
- * second signal, or a close that takes longer than `forceAfterMs`, exits at once.
+ * second signal, or a close that takes longer than `forceAfterMs`, exits at once. With a term
+ * grace (`termGraceMs` > 0, `gym serve --term-grace`), SIGTERM first lets a participant serve on
+ * until a checkpoint commits, anything else until the grace passes (repeats are ignored);
+ * SIGINT then stops it at once.
  */
 export function stopOnSignals(
   running: RunningServer,
-  options: { logger?: Logger; forceAfterMs?: number } = {},
+  options: { logger?: Logger; forceAfterMs?: number; termGraceMs?: number } = {},
 ): void {
   let signalled = false;
+  let draining: AbortController | null = null;
   const onSignal = (signal: NodeJS.Signals): void => {
+    const termGraceMs = options.termGraceMs ?? 0;
+    if (termGraceMs > 0 && signal === "SIGTERM" && !signalled) {
+      if (draining !== null) return; // the engine and gym serve may both send it
+      draining = new AbortController();
+      const phase = running.checkpointPhase ?? null;
+      const participant = phase !== null && phase() !== null;
+      options.logger?.info(
+        { signal, term_grace_ms: termGraceMs },
+        participant
+          ? "SIGTERM: serving until a checkpoint commits, then stopping"
+          : "SIGTERM: serving until the term grace passes, then stopping",
+      );
+      void drainBeforeStop(participant ? phase : null, termGraceMs, draining.signal).then((end) => {
+        if (!signalled) stopNow("SIGTERM", end);
+      });
+      return;
+    }
+    if (draining !== null && !signalled) {
+      draining.abort();
+      stopNow(signal, "interrupted");
+      return;
+    }
+    stopNow(signal, null);
+  };
+  const stopNow = (signal: NodeJS.Signals, drained: DrainEnd | null): void => {
     if (signalled) {
       options.logger?.warn({ signal }, "second signal: exiting now");
       process.exit(1);
     }
     signalled = true;
-    options.logger?.info({ signal }, "stopping");
+    options.logger?.info({ signal, ...(drained === null ? {} : { drained }) }, "stopping");
     running.stop().then(
       () => {
         process.exitCode = 0;
@@ -263,7 +300,7 @@ export async function runServerProcess(argv: readonly string[]): Promise<void> {
     setTimeout(() => process.exit(1), 1_000).unref();
     return;
   }
-  stopOnSignals(running, { logger });
+  stopOnSignals(running, { logger, termGraceMs: termGraceOf(process.env) });
 }
 
 const SERVE_MAIN_USAGE = `usage: node <server module> [options]

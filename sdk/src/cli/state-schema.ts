@@ -25,6 +25,8 @@ export const StateServerSchema = z.object({
   hostname: z.string().optional(),
   /** Its node, in a deployment with `nodes:`. */
   node: z.string().optional(),
+  /** The signal that stops it at once: SIGINT when it was started with a term grace. */
+  stop_signal: z.enum(["SIGTERM", "SIGINT"]).optional(),
 });
 /** One started server in the state file. */
 export type StateServer = z.infer<typeof StateServerSchema>;

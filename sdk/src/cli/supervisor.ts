@@ -32,7 +32,8 @@ import { FAILED_LOG_LINES } from "./defaults.js";
 import { formatDuration } from "./duration.js";
 import { cliModule, isTypeScript, nodeCommand } from "./node-command.js";
 import { asCliError, commandOf, describeError, type Io } from "./output.js";
-import { delay, settlesWithin, stopGroups, type GroupStop } from "./processes.js";
+import { delay, settlesWithin, signalGroup, stopGroups, type GroupStop } from "./processes.js";
+import { TERM_GRACE_ENV } from "./term-grace.js";
 import type { RunState, StateServer } from "./state-schema.js";
 import { removeFromState, writeStateFile } from "./state-io.js";
 import { serverEnv, takeSupervisorSecrets, type SessionSecrets } from "./session-secrets.js";
@@ -63,6 +64,12 @@ export interface ServePlan {
   readonly deployment: ResolvedDeployment;
   readonly health_timeout_ms: number;
   readonly grace_ms: number;
+  /**
+   * `gym serve --term-grace`: on SIGTERM the servers keep serving until a checkpoint commits
+   * (participants) or this long passes, so that a controller told to stop by the same signal
+   * (a Slurm requeue, a pod eviction) can checkpoint them first. 0 or absent: stop at once.
+   */
+  readonly term_grace_ms?: number;
   /** Stream every log to the supervisor's output, prefixed by the server's name. */
   readonly stream_logs: boolean;
   readonly servers: readonly PlannedServer[];
@@ -169,7 +176,10 @@ function startChild(plan: ServePlan, server: PlannedServer): Child {
       cwd: server.cwd,
       detached: true,
       stdio: ["ignore", fd, fd],
-      env: serverEnv(process.env, plan.session_secrets?.[server.name]),
+      env: withTermGrace(
+        serverEnv(process.env, plan.session_secrets?.[server.name]),
+        plan.term_grace_ms ?? 0,
+      ),
     });
   } finally {
     closeSync(fd);
@@ -389,9 +399,43 @@ export interface SuperviseHooks {
   readonly stopRequested: Promise<void>;
 }
 
-async function stopChildren(children: readonly Child[], graceMs: number): Promise<GroupStop[]> {
+/** A server's environment, telling it how long to keep serving after SIGTERM. */
+function withTermGrace(env: NodeJS.ProcessEnv, termGraceMs: number): NodeJS.ProcessEnv {
+  if (termGraceMs > 0) env[TERM_GRACE_ENV] = String(termGraceMs);
+  else delete env[TERM_GRACE_ENV];
+  return env;
+}
+
+/**
+ * The stop of a run started with a term grace: every server is told SIGTERM (a server that got
+ * it from the engine already ignores the repeat), the participants are given the grace to see a
+ * checkpoint commit and leave on their own, then what is left is stopped with SIGINT, which
+ * such a server takes as "stop now".
+ */
+async function drainChildren(
+  children: readonly Child[],
+  plan: ServePlan,
+  io: Io,
+): Promise<GroupStop[]> {
+  const termGraceMs = plan.term_grace_ms ?? 0;
+  const live = children.filter((child) => child.pid !== null && child.exited === null);
+  for (const child of live) signalGroup(child.pid as number, "SIGTERM");
+  const kinds = new Map(plan.servers.map((server) => [server.name, server.kind]));
+  const participants = live.filter((child) => kinds.get(child.name) !== "backend");
+  io.err(
+    `gym: SIGTERM: the servers keep serving until a checkpoint commits (at most ${formatDuration(termGraceMs)})`,
+  );
+  await settlesWithin(Promise.all(participants.map((child) => child.exit)), termGraceMs);
+  return await stopChildren(children, plan.grace_ms, "SIGINT");
+}
+
+async function stopChildren(
+  children: readonly Child[],
+  graceMs: number,
+  signal: NodeJS.Signals = "SIGTERM",
+): Promise<GroupStop[]> {
   const pgids = children.filter((child) => child.pid !== null).map((child) => child.pid as number);
-  const outcomes = await stopGroups(pgids, { graceMs });
+  const outcomes = await stopGroups(pgids, { graceMs, signal });
   // Reap: wait (bounded) for the exit events, so no zombie is left behind.
   await settlesWithin(Promise.all(children.map((child) => child.exit)), 5_000);
   return outcomes;
@@ -492,6 +536,7 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
         started_at: startedAt,
         hostname: hostname(),
         ...(server.node === null || server.node === undefined ? {} : { node: server.node }),
+        ...((plan.term_grace_ms ?? 0) > 0 ? { stop_signal: "SIGINT" as const } : {}),
       };
     }
     const state: RunState = {
@@ -527,7 +572,10 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
     }
     stopping = true;
     io.err(`gym: stopping ${plural(children.length, "server")}…`);
-    const outcomes = await stopChildren(children, plan.grace_ms);
+    const outcomes =
+      (plan.term_grace_ms ?? 0) > 0
+        ? await drainChildren(children, plan, io)
+        : await stopChildren(children, plan.grace_ms);
     await tail?.stop();
     tail = null;
     removeFromState(

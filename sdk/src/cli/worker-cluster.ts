@@ -26,6 +26,7 @@ import { resolveCheckpointSettings } from "../server/server.js";
 import { isProcessAlive } from "./processes.js";
 import { takeEnv } from "./session-secrets.js";
 import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
+import { termGraceOf } from "./term-grace.js";
 
 /** How long stopping waits for the workers before killing them (ms). */
 const WORKER_STOP_GRACE_MS = 15_000;
@@ -188,7 +189,12 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
     // The workers serve HTTPS themselves over the port the cluster shares (TLS runs in each).
     url: `${options.deployment?.tls === undefined ? "http" : "https"}://${args.listen.host}:${args.listen.port}`,
   };
-  return { server: prototype, address, stop: () => (stopped ??= stopWorkers()) };
+  return {
+    server: prototype,
+    address,
+    stop: () => (stopped ??= stopWorkers()),
+    checkpointPhase: () => controlPlane?.phase ?? null,
+  };
 }
 
 async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
@@ -230,5 +236,10 @@ async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
   link.onCoordinatorLost(leave);
   link.onStopRequested(() => void stop());
   process.on("disconnect", () => leave("the coordinator process is gone"));
+  // With a term grace the engine's SIGTERM reaches the workers too: their coordinator decides
+  // when they stop (after the checkpoint), so they do not leave on it.
+  if (termGraceOf(process.env) > 0) {
+    process.on("SIGTERM", () => logger.info("SIGTERM: the coordinator stops this worker"));
+  }
   return { server, address, stop };
 }

@@ -1,0 +1,31 @@
+/** The term grace's wait: until the participant's checkpoint commits, the grace passes, or SIGINT. */
+import { describe, expect, it } from "vitest";
+import { TERM_GRACE_ENV, drainBeforeStop, termGraceOf } from "#sdk/cli/term-grace.js";
+
+describe("drainBeforeStop", () => {
+  it("ends when the participant's phase reads committed", async () => {
+    let phase = "prepared";
+    const waiting = drainBeforeStop(() => phase, 60_000, new AbortController().signal, 5);
+    setTimeout(() => (phase = "committed"), 30);
+    expect(await waiting).toBe("committed");
+  });
+
+  it("waits out the grace for a server that takes no part in checkpoints", async () => {
+    const started = Date.now();
+    expect(await drainBeforeStop(null, 60, new AbortController().signal, 5)).toBe("grace passed");
+    expect(Date.now() - started).toBeGreaterThanOrEqual(55);
+  });
+
+  it("ends at once when interrupted", async () => {
+    const interrupt = new AbortController();
+    const waiting = drainBeforeStop(() => "idle", 60_000, interrupt.signal, 10_000);
+    interrupt.abort();
+    expect(await waiting).toBe("interrupted");
+  });
+
+  it("reads the grace gym serve sets, and none otherwise", () => {
+    expect(termGraceOf({ [TERM_GRACE_ENV]: "90000" })).toBe(90_000);
+    expect(termGraceOf({})).toBe(0);
+    expect(termGraceOf({ [TERM_GRACE_ENV]: "soon" })).toBe(0);
+  });
+});
