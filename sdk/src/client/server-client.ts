@@ -438,6 +438,7 @@ function unreachableReason(error: unknown, timeout: AbortSignal): UnreachableRea
   const code = (error as { code?: string }).code ?? "";
   const name = (error as { name?: string }).name ?? "";
   if (name === "AbortError" || code === "UND_ERR_ABORTED") return "aborted";
+  if (isTlsFailure(error)) return "tls";
   if (
     code === "ECONNREFUSED" ||
     code === "UND_ERR_CONNECT_TIMEOUT" ||
@@ -452,4 +453,3 @@ function unreachableReason(error: unknown, timeout: AbortSignal): UnreachableRea
   }
   return "connection_lost";
 }
-  if (isTlsFailure(error)) return "tls";
