@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { refusal } from "#sdk/cli/ckpt/refusal.js";
 import {
   deadlineCorrectionMs,
   describeSkew,
@@ -242,5 +243,16 @@ describe("coordination across skewed clocks (fake clocks)", () => {
     };
     await prepare(participants, "c1", T0 / 1000 + 30);
     expect(sent.map((s) => s.body.deadline_ts)).toEqual([T0 / 1000 + 30]);
+  });
+});
+
+describe("gym ckpt's report of a skew refusal", () => {
+  it("names each server with its offset and says to synchronise the clocks", () => {
+    const error = new ClockSkewError("prepare", { counter: 61_234 }, 5_000);
+    const reported = refusal(error, null, "prepare", "gym");
+    expect(reported.message).toContain("counter's clock is 61.2 s ahead of this controller's");
+    expect(reported.hint).toBe(
+      "synchronise the clocks of counter with this machine's (chrony or NTP), then retry",
+    );
   });
 });
