@@ -49,7 +49,8 @@ export async function commitAll(
       throw new CliError(
         `checkpoint ${step.checkpointId} cannot be used: ${error.message}`,
         "pass a --dir on a file system every machine mounts at the same path, this one " +
-          "included (NFS, Lustre, CephFS; see docs/storage.md), then checkpoint again",
+          "included (NFS, Lustre, CephFS; see docs/storage.md), then checkpoint again (after " +
+          `gym ckpt resume --id ${step.checkpointId} if this checkpoint is still open)`,
         EXIT_FAILED,
         { cause: error },
       );
