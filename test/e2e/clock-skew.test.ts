@@ -20,6 +20,7 @@ import {
   type Participants,
 } from "#sdk/client/coordination.js";
 import { ServerClient } from "#sdk/client/server-client.js";
+import type { ResolvedServer } from "#sdk/wire/deployment.js";
 import { FIXTURES, REPO } from "./helpers.js";
 
 const TOKEN = "clock-skew-e2e-token";
@@ -89,10 +90,15 @@ async function serve(shift: Shift): Promise<string> {
   });
 }
 
+function resourcesAt(url: string): ResolvedServer {
+  const { hostname, port } = new URL(url);
+  return { kind: "resources", url, host: hostname, port: Number(port), num_workers: 1, config: {} };
+}
+
 async function participantsOf(shift: Shift): Promise<Participants> {
   const client = new ServerClient({
     checkpoint: { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: GRACE },
-    servers: { counter: { kind: "resources", url: urls.get(shift) as string } },
+    servers: { counter: resourcesAt(urls.get(shift) as string) },
   });
   return await discover(client, TOKEN, { requireModel: false, probeTimeoutMs: 10_000 });
 }

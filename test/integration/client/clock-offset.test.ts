@@ -47,8 +47,17 @@ async function statusWith(headers: Record<string, string>): Promise<Response> {
 describe("a participant's clock", () => {
   it("is in its status reply as now, Unix seconds with milliseconds", async () => {
     const client = new ServerClient({
-      checkpoint: { enabled: true, control_auth_token: TOKEN },
-      servers: { counter: { kind: "resources", url } },
+      checkpoint: { enabled: true, control_auth_token: TOKEN, lease_grace_seconds: 600 },
+      servers: {
+        counter: {
+          kind: "resources",
+          url,
+          host: new URL(url).hostname,
+          port: Number(new URL(url).port),
+          num_workers: 1,
+          config: {},
+        },
+      },
     });
     try {
       const before = Date.now() / 1000;
