@@ -1,28 +1,27 @@
+import { readFileSync, readdirSync } from "node:fs";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
 /** The unit and integration suites: they run in shared worker processes (see `projects`). */
-const SHARED = ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"];
+const SHARED = ["test/unit", "test/integration"];
+const ROOT = fileURLToPath(new URL(".", import.meta.url));
 
 /**
- * Unit and integration files that need a process of their own: they mock modules (`vi.mock`
+ * What makes a unit or integration file need a process of its own: it mocks modules (`vi.mock`
  * applies only to a module not loaded yet, and its mock would stay for every later file), or
- * read process-wide metrics (the global meter provider counts every server of the process).
+ * reads process-wide metrics (the global meter provider counts every server of the process).
  */
-const OWN_PROCESS = [
-  "test/unit/capture-ledger/durability.test.ts",
-  "test/unit/capture-ledger/fence-links.test.ts",
-  "test/unit/capture-ledger/import-cache.test.ts",
-  "test/unit/capture-ledger/import-stamps-late.test.ts",
-  "test/unit/capture-ledger/writer-registry.test.ts",
-  "test/unit/control/restore-install-wait.test.ts",
-  "test/unit/store/checkpoint-dirs.test.ts",
-  "test/unit/store/writer-fs.test.ts",
-  "test/integration/cli/serve-without-tsx.test.ts",
-  "test/integration/cli/top.test.ts",
-  "test/integration/client/clock-offset.test.ts",
-  "test/integration/telemetry/telemetry.test.ts",
-];
+const NEEDS_OWN_PROCESS =
+  /vi\.(mock|doMock|unmock|resetModules)\(|startTelemetry\(|\/metrics`|snapshotOf\(/;
+
+/** The shared suites' files that {@link NEEDS_OWN_PROCESS} finds, relative to the root. */
+const OWN_PROCESS = SHARED.flatMap((dir) =>
+  readdirSync(path.join(ROOT, dir), { recursive: true, encoding: "utf8" })
+    .map((file) => path.join(dir, file))
+    .filter((file) => file.endsWith(".test.ts"))
+    .filter((file) => NEEDS_OWN_PROCESS.test(readFileSync(path.join(ROOT, file), "utf8"))),
+);
 
 export default defineConfig({
   // Reference servers import the SDK by package name; tests run them against its source.
@@ -60,7 +59,7 @@ export default defineConfig({
           // Without isolation a worker loads the SDK's modules once for all its files instead of
           // once per file: importing them was most of the unit and integration suites' CPU time.
           name: "shared",
-          include: SHARED,
+          include: SHARED.map((dir) => `${dir}/**/*.test.ts`),
           exclude: OWN_PROCESS,
           isolate: false,
         },
