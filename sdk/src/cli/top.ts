@@ -7,8 +7,8 @@
  * the top's own polling does not show as traffic.
  */
 import { setTimeout as delay } from "node:timers/promises";
-import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
 import { deploymentFetch, type DeploymentFetch } from "../client/tls.js";
+import type { ResolvedDeployment, ResolvedServer } from "../wire/deployment.js";
 import type { Io } from "./output.js";
 import { EXIT_OK } from "./output.js";
 import { deadServers } from "./dead-servers.js";
@@ -114,21 +114,21 @@ export interface SnapshotOptions {
   readonly metricsPath?: string | null;
   /** Bound on each request, in ms. @default 2000 */
   readonly timeoutMs?: number;
+  /** How requests are sent (over the deployment's TLS: see `deploymentFetch`). @default fetch */
+  readonly fetch?: DeploymentFetch;
 }
 
 /** Reads one server's readiness and metrics; unreachable parts read as `-`. */
-  /** How requests are sent (over the deployment's TLS: see `deploymentFetch`). @default fetch */
-  readonly fetch?: DeploymentFetch;
 export async function snapshotOf(
   server: Pick<ResolvedServer, "url">,
   options: SnapshotOptions = {},
 ): Promise<ServerSnapshot> {
   const metricsPath = options.metricsPath === undefined ? "/metrics" : options.metricsPath;
   const timeoutMs = options.timeoutMs ?? 2_000;
+  const fetch = options.fetch ?? globalThis.fetch;
   let ready = "down";
   try {
     const res = await fetch(`${server.url}/ready`, { signal: AbortSignal.timeout(timeoutMs) });
-  const fetch = options.fetch ?? globalThis.fetch;
     ready = res.status === 200 ? "ready" : res.status === 503 ? "not ready" : `HTTP ${res.status}`;
   } catch {
     // down
@@ -191,6 +191,7 @@ export interface TopOptions {
 export async function topCommand(options: TopOptions, io: Io): Promise<number> {
   const { state } = openRun(options, io);
   const metricsPath = metricsPathOf(state.deployment);
+  const http = deploymentFetch(state.deployment.tls);
   const servers = Object.entries(state.deployment.servers)
     .filter(([, server]) => server.kind !== "backend")
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
@@ -213,7 +214,6 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
       const gone = new Map(deadServers(state).map((entry) => [entry.name, entry.pid]));
       const next = new Map<string, { requests: number; at: number }>();
       const rows = servers.map(([name, server], i) => {
-  const http = deploymentFetch(state.deployment.tls);
         const snapshot = snapshots[i] as ServerSnapshot;
         const before = previous.get(name);
         let rate = "-";
@@ -267,6 +267,6 @@ export async function topCommand(options: TopOptions, io: Io): Promise<number> {
     }
   } finally {
     process.off("SIGINT", onSignal);
+    await http.close();
   }
 }
-    await http.close();
