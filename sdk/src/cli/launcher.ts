@@ -321,12 +321,13 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
     return 0;
   }
 
-  const stop = deferred<void>();
+  const stop = deferred<NodeJS.Signals | void>();
   const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
-  const onSignal = (): void => stop.resolve();
+  const onSignal = (signal: NodeJS.Signals): void => stop.resolve(signal);
+  const onAbort = (): void => stop.resolve();
   if (options.signal === undefined) for (const signal of signals) process.on(signal, onSignal);
   else if (options.signal.aborted) stop.resolve();
-  else options.signal.addEventListener("abort", onSignal, { once: true });
+  else options.signal.addEventListener("abort", onAbort, { once: true });
   let failure: { message: string; hint: string | null } | null = null;
   try {
     const code = await supervise(plan, io, {
@@ -349,7 +350,7 @@ export async function serve(options: ServeOptions, io: Io): Promise<number> {
     return code;
   } finally {
     if (options.signal === undefined) for (const signal of signals) process.off(signal, onSignal);
-    else options.signal.removeEventListener("abort", onSignal);
+    else options.signal.removeEventListener("abort", onAbort);
   }
 }
 

@@ -395,8 +395,11 @@ export interface SuperviseHooks {
   onReady(state: RunState): void;
   /** The start failed; every server started was stopped. `hint` says what to do. */
   onFailed(message: string, hint: string | null): void;
-  /** Resolves when the supervisor is asked to stop everything it started. */
-  readonly stopRequested: Promise<void>;
+  /**
+   * Resolves when the supervisor is asked to stop everything it started, with the signal that
+   * asked (a term grace drains on SIGTERM only), or nothing when no signal did.
+   */
+  readonly stopRequested: Promise<NodeJS.Signals | void>;
 }
 
 /** A server's environment, telling it how long to keep serving after SIGTERM. */
@@ -559,8 +562,12 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
       });
     }
     const allExited = Promise.all(children.map((child) => child.exit));
+    let stopSignal: NodeJS.Signals | null = null;
     const outcome = await Promise.race([
-      hooks.stopRequested.then(() => "stop" as const),
+      hooks.stopRequested.then((signal) => {
+        stopSignal = signal ?? null;
+        return "stop" as const;
+      }),
       allExited.then(() => "exited" as const),
     ]);
     if (outcome === "exited") {
@@ -573,9 +580,11 @@ export async function supervise(plan: ServePlan, io: Io, hooks: SuperviseHooks):
     stopping = true;
     io.err(`gym: stopping ${plural(children.length, "server")}…`);
     const outcomes =
-      (plan.term_grace_ms ?? 0) > 0
-        ? await drainChildren(children, plan, io)
-        : await stopChildren(children, plan.grace_ms);
+      (plan.term_grace_ms ?? 0) === 0
+        ? await stopChildren(children, plan.grace_ms)
+        : stopSignal === "SIGTERM"
+          ? await drainChildren(children, plan, io)
+          : await stopChildren(children, plan.grace_ms, "SIGINT");
     await tail?.stop();
     tail = null;
     removeFromState(
@@ -617,9 +626,9 @@ export async function runSupervisorProcess(argv: readonly string[]): Promise<num
     ...(JSON.parse(readFileSync(planFile, "utf8")) as ServePlan),
     session_secrets: takeSupervisorSecrets(process.env),
   };
-  const stop = deferred<void>();
+  const stop = deferred<NodeJS.Signals>();
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-    process.on(signal, () => stop.resolve());
+    process.on(signal, () => stop.resolve(signal));
   }
   const stamp = (text: string): string => `${new Date().toISOString()} ${text}`;
   const io: Io = {
