@@ -261,7 +261,11 @@ export async function retiredRollouts(participants: Participants): Promise<Recor
  * reference-servers/, entrypoints relative to that directory), with what the crash suite reads.
  */
 export class CrashRun extends DeploymentRun {
-  /** See {@link DeploymentRunOptions} (`GYM_E2E_NUM_WORKERS` sets the default worker count). */
+  /**
+   * See {@link DeploymentRunOptions} (`GYM_E2E_NUM_WORKERS` sets the default worker count). The
+   * built CLI and servers by default: the crash suite is not about tsx, and its restarts then
+   * cost about half the CPU (`compiled: false` runs them from source).
+   */
   constructor(
     dir: string,
     variant = "deployment.yaml",
@@ -272,7 +276,7 @@ export class CrashRun extends DeploymentRun {
       {},
       {
         variant,
-        compiled: options.compiled,
+        compiled: options.compiled ?? true,
         workers: options.workers ?? Number(process.env.GYM_E2E_NUM_WORKERS ?? 1),
       },
     );

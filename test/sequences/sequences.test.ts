@@ -1,6 +1,7 @@
 /**
  * The bounded slice of the random crash sequences (test/sequences/engine.ts) in `npm test`:
- * twenty fixed seeds against one reference deployment in real processes, started from source.
+ * twenty fixed seeds against one reference deployment in real processes, started from the build
+ * (`npm run test:sequences -- --source` runs them from source).
  * Longer runs: `npm run test:sequences -- --sequences 1000 [--seed S]`. A failing seed's
  * message carries its replay command.
  */
