@@ -129,7 +129,8 @@ describe.skipIf(unavailable !== null && !required)("the Slurm recipe", { timeout
 
   afterAll(async () => {
     await cluster?.stop();
-    if (work !== "") rmSync(work, { recursive: true, force: true });
+    if (work !== "" && process.env.GYM_KEEP_SLURM_WORK !== "1")
+      rmSync(work, { recursive: true, force: true });
   });
 
   it("preempted by scontrol requeue with rows in flight, the requeued job continues every row", async () => {
