@@ -699,6 +699,7 @@ function installed(before: StatusReply | null, after: StatusReply | null): strin
     "checkpoint_id",
     "lease_expires_at",
     "report",
+    "now", // the server's clock at the reply
   ]);
   for (const key of Object.keys(after)) {
     if (core.has(key) || key.includes("retired")) continue;

@@ -6,14 +6,21 @@
  *
  * @see docs/deployment.md
  */
+import { hostname } from "node:os";
 import { shownPath, type Io } from "./output.js";
 import { isProcessAlive } from "./processes.js";
 import { chooseStateFile, findStateFile } from "./state-io.js";
 import type { RunState, StateServer } from "./state-schema.js";
 
-/** The servers of `state` whose process no longer runs, in the state file's order. */
+/**
+ * The servers of `state` whose process no longer runs, in the state file's order. A server
+ * started on another machine (its `hostname`) is not judged by its pid here.
+ */
 export function deadServers(state: RunState): StateServer[] {
-  return Object.values(state.servers).filter((entry) => !isProcessAlive(entry.pid));
+  const here = hostname();
+  return Object.values(state.servers).filter(
+    (entry) => (entry.hostname ?? here) === here && !isProcessAlive(entry.pid),
+  );
 }
 
 /** One line per dead server for stderr: its name, pid and log. */

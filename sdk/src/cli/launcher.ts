@@ -11,6 +11,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, rmSync } from "node:fs";
+import { hostname } from "node:os";
 import path from "node:path";
 import { deferred } from "../util/deferred.js";
 import { didYouMean } from "../util/did-you-mean.js";
@@ -29,6 +30,7 @@ import {
   chooseStateFile,
   missingState,
   nodeStateFile,
+  nodeStateFiles,
   readState,
   removeFromState,
   runStateFile,
@@ -140,8 +142,11 @@ export async function planServe(options: ServeOptions, io: Io): Promise<ServePla
     }
   }
   const existing = readState(stateFile);
+  // An entry another machine wrote (a node requeued onto other hosts) says nothing about this one.
   const alive = (entry: StateServer | undefined): boolean =>
-    entry !== undefined && isProcessAlive(entry.pid);
+    entry !== undefined &&
+    (entry.hostname ?? hostname()) === hostname() &&
+    isProcessAlive(entry.pid);
   const stopHint = `stop it with \`${gym} stop --state ${shownPath(io, stateFile)}\`, or keep it and use another state file with --state FILE`;
   if (only === null && existing !== null) {
     const running = Object.values(existing.servers).filter(alive);
@@ -374,6 +379,30 @@ export interface StopOptions {
 }
 
 /**
+ * Without --node or --state, a deployment with nodes whose run lives in node state files: the
+ * one node whose servers run on this machine (the only node started here). Null when the
+ * deployment has a single state file, or none is found; a choice of several is a usage error.
+ */
+function onlyNodeRun(options: StopOptions, io: Io): string | null {
+  if (options.state !== undefined || options.deployment === undefined) return null;
+  const deployment = path.resolve(io.cwd, options.deployment);
+  if (readState(chooseStateFile({ deployment, cwd: io.cwd })) !== null) return null;
+  const here = hostname();
+  const local = Object.entries(nodeStateFiles(deployment)).filter(([, file]) => {
+    const state = readState(file);
+    return (
+      state !== null &&
+      Object.values(state.servers).some((entry) => (entry.hostname ?? here) === here)
+    );
+  });
+  if (local.length <= 1) return local[0]?.[1] ?? null;
+  throw new UsageError(
+    `nodes ${local.map(([node]) => node).join(", ")} all run servers on this machine: say which to stop`,
+    `\`${commandOf(io)} stop ${shownPath(io, deployment)} --node NAME\``,
+  );
+}
+
+/**
  * `gym stop`; returns the exit status (1 when a process group survived). Stopping is
  * idempotent: with no state file there is nothing to stop, which is said, and the status is 0.
  */
@@ -391,7 +420,8 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
   const stateFile =
     options.node !== undefined && options.state === undefined
       ? nodeStateFile(path.resolve(io.cwd, options.deployment as string), options.node)
-      : runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) });
+      : (onlyNodeRun(options, io) ??
+        runStateFile({ ...options, cwd: io.cwd, command: commandOf(io) }));
   const searched = searchesNearby(options);
   const state = readState(stateFile);
   if (state === null) {
@@ -415,6 +445,18 @@ export async function stop(options: StopOptions, io: Io): Promise<number> {
     }
   }
   const entries = targets.map((name) => state.servers[name] as StateServer);
+  // A pid means something only on the machine that started it (a shared run directory is read
+  // from every machine): signalling it here would hit whatever process holds it on this one.
+  const here = hostname();
+  const elsewhere = entries.filter(
+    (entry) => entry.hostname !== undefined && entry.hostname !== here,
+  );
+  if (elsewhere.length > 0) {
+    throw new CliError(
+      `${elsewhere.map((entry) => `${entry.name} runs on ${entry.hostname}`).join(", ")}, not on this machine (${here})`,
+      `run \`${commandOf(io)} stop\` there${elsewhere[0]?.node === undefined ? "" : ` (with --node ${elsewhere[0].node})`}`,
+    );
+  }
   // Named before stopping: afterwards every server is gone and these no longer stand out.
   const dead = deadServers(state).filter((entry) => targets.includes(entry.name));
   for (const line of deadServerLines(dead, io)) io.err(line);

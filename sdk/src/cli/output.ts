@@ -93,6 +93,16 @@ export function asCliError(error: unknown): CliError | null {
   if (error instanceof DeploymentFileError) {
     return new CliError(error.message, DEPLOYMENT_FILE_HINT, EXIT_FAILED, { cause: error });
   }
+  // The SDK's ConfigError (a tls file that cannot be read, say), matched by name so this module
+  // does not load the error catalogue: a setting to fix, not a bug in gym.
+  if (error instanceof Error && error.name === "ConfigError") {
+    return new CliError(
+      error.message,
+      "fix the setting it names (in the deployment file), then run the command again",
+      EXIT_FAILED,
+      { cause: error },
+    );
+  }
   return null;
 }
 

@@ -21,7 +21,13 @@ import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deplo
 import { describeError } from "./output.js";
 import { processLogger } from "./process-logger.js";
 import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
-import { drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
+import {
+  checkpointStateOf,
+  drainBeforeStop,
+  termGraceOf,
+  type CheckpointState,
+  type DrainEnd,
+} from "./term-grace.js";
 
 /** What a server module's default export must build: something that listens and closes. */
 export interface StartableServer {
@@ -43,10 +49,11 @@ export interface RunningServer {
   /** Closes the server gracefully (idempotent). */
   stop(): Promise<void>;
   /**
-   * The checkpoint phase of the participant this process serves (`idle`, `prepared`,
-   * `committed`, ...), or null when it takes no part in checkpoints. Read by the term grace.
+   * The checkpoint phase (`idle`, `prepared`, `committed`, ...) and checkpoint of the
+   * participant this process serves, or null when it takes no part in checkpoints. Read by the
+   * term grace.
    */
-  readonly checkpointPhase?: () => string | null;
+  readonly checkpointState?: () => CheckpointState | null;
 }
 
 /** A server module cannot be used; the message says what to change. */
@@ -107,12 +114,14 @@ export async function startServer(
   const server = await buildServer(exported, options);
   const address = await server.listen(listen);
   let stopping: Promise<void> | null = null;
-  const participantServer = server as { controlPlane?: { phase: string } | null };
+  const participantServer = server as {
+    controlPlane?: { phase: string; checkpointId: string | null } | null;
+  };
   return {
     server,
     address,
     stop: () => (stopping ??= server.close()),
-    checkpointPhase: () => participantServer.controlPlane?.phase ?? null,
+    checkpointState: () => checkpointStateOf(participantServer.controlPlane ?? null),
   };
 }
 
@@ -134,15 +143,15 @@ export function stopOnSignals(
     if (termGraceMs > 0 && signal === "SIGTERM" && !signalled) {
       if (draining !== null) return; // the engine and gym serve may both send it
       draining = new AbortController();
-      const phase = running.checkpointPhase ?? null;
-      const participant = phase !== null && phase() !== null;
+      const state = running.checkpointState ?? null;
+      const participant = state !== null && state() !== null;
       options.logger?.info(
         { signal, term_grace_ms: termGraceMs },
         participant
           ? "SIGTERM: serving until a checkpoint commits, then stopping"
           : "SIGTERM: serving until the term grace passes, then stopping",
       );
-      void drainBeforeStop(participant ? phase : null, termGraceMs, draining.signal).then((end) => {
+      void drainBeforeStop(participant ? state : null, termGraceMs, draining.signal).then((end) => {
         if (!signalled) stopNow("SIGTERM", end);
       });
       return;

@@ -22,22 +22,42 @@ export function termGraceOf(env: NodeJS.ProcessEnv): number {
 /** Why a draining server stops. */
 export type DrainEnd = "committed" | "grace passed" | "interrupted";
 
+/** Where a participant's checkpoint stands: its phase, and the checkpoint it is in (if any). */
+export interface CheckpointState {
+  readonly phase: string;
+  readonly checkpointId: string | null;
+}
+
+/** What the term grace reads of a control plane (null: the server is no participant). */
+export function checkpointStateOf(
+  controlPlane: { readonly phase: string; readonly checkpointId: string | null } | null,
+): CheckpointState | null {
+  return controlPlane === null
+    ? null
+    : { phase: controlPlane.phase, checkpointId: controlPlane.checkpointId };
+}
+
 /**
- * Waits until `phase()` reads `committed` (the participant's state is in a checkpoint: nothing
- * is lost when it stops), `graceMs` passes, or `interrupt` aborts. `phase` is null for a server
- * that takes no part in checkpoints: it waits out the grace (or the interrupt). Polled every
- * `everyMs`: a commit is a rare event and the poll reads one field.
+ * Waits until `state()` reads `committed` for a checkpoint other than the one committed when
+ * the drain began (the participant's state is then in the checkpoint the signal asked for:
+ * nothing is lost when it stops), `graceMs` passes, or `interrupt` aborts. A checkpoint already
+ * committed at the signal (a periodic one not yet resumed) does not count: the stop checkpoint
+ * comes after it. `state` is null for a server that takes no part in checkpoints: it waits out
+ * the grace (or the interrupt). Polled every `everyMs`: it reads two fields.
  */
 export async function drainBeforeStop(
-  phase: (() => string | null) | null,
+  state: (() => CheckpointState | null) | null,
   graceMs: number,
   interrupt: AbortSignal,
   everyMs = 50,
 ): Promise<DrainEnd> {
   const end = Date.now() + graceMs;
+  const atSignal = state?.() ?? null;
+  const before = atSignal?.phase === "committed" ? atSignal.checkpointId : null;
   for (;;) {
     if (interrupt.aborted) return "interrupted";
-    if (phase !== null && phase() === "committed") return "committed";
+    const now = state?.() ?? null;
+    if (now?.phase === "committed" && now.checkpointId !== before) return "committed";
     const left = end - Date.now();
     if (left <= 0) return "grace passed";
     await new Promise<void>((resolve) => {

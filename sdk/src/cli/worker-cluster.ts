@@ -26,7 +26,7 @@ import { resolveCheckpointSettings } from "../server/server.js";
 import { isProcessAlive } from "./processes.js";
 import { takeEnv } from "./session-secrets.js";
 import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
-import { termGraceOf } from "./term-grace.js";
+import { checkpointStateOf, termGraceOf } from "./term-grace.js";
 
 /** How long stopping waits for the workers before killing them (ms). */
 const WORKER_STOP_GRACE_MS = 15_000;
@@ -193,7 +193,7 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
     server: prototype,
     address,
     stop: () => (stopped ??= stopWorkers()),
-    checkpointPhase: () => controlPlane?.phase ?? null,
+    checkpointState: () => checkpointStateOf(controlPlane ?? null),
   };
 }
 

@@ -147,13 +147,21 @@ export class ClockSkewError extends CoordinationError {
   }
 }
 
-/** Throws {@link ClockSkewError} when a member's measured offset is beyond the bound. */
+/**
+ * Throws {@link ClockSkewError} when a member's measured offset is beyond the bound by more than
+ * the measurement's uncertainty.
+ */
 function checkClockSkew(participants: Participants, operation: string): void {
   const boundMs = participants.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
   const offsets: Record<string, number> = {};
   for (const member of participants.members) {
     const offsetMs = member.clockOffsetMs;
-    if (offsetMs !== undefined && Math.abs(offsetMs) > boundMs) offsets[member.name] = offsetMs;
+    // Only what the measurement proves: a status reply that waited in a busy server reads as
+    // an offset of up to half its round trip, which is its uncertainty.
+    const uncertaintyMs = member.clockUncertaintyMs ?? 0;
+    if (offsetMs !== undefined && Math.abs(offsetMs) - uncertaintyMs > boundMs) {
+      offsets[member.name] = offsetMs;
+    }
   }
   if (Object.keys(offsets).length > 0) throw new ClockSkewError(operation, offsets, boundMs);
 }

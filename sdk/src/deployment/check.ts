@@ -129,6 +129,41 @@ export function nodeProblems(
 }
 
 /**
+ * An advertised `url` must agree with the rest of the file: https exactly when there is a `tls:`
+ * block (the server serves one or the other), and a fixed port (a port chosen at startup would
+ * not be the one the URL names).
+ */
+export function urlProblems(data: unknown, at: LineOf): DeploymentProblem[] {
+  const file = (data ?? {}) as { tls?: unknown; servers?: unknown };
+  const servers = file.servers;
+  if (servers === null || typeof servers !== "object" || Array.isArray(servers)) return [];
+  const tls = file.tls !== undefined && file.tls !== null;
+  const problems: DeploymentProblem[] = [];
+  for (const [name, raw] of Object.entries(servers as Record<string, unknown>)) {
+    const server = (raw ?? {}) as { url?: unknown; port?: unknown };
+    if (typeof server.url !== "string" || !/^https?:\/\//.test(server.url)) continue;
+    const https = server.url.startsWith("https://");
+    if (https !== tls) {
+      problems.push({
+        line: at(["servers", name, "url"]),
+        path: `servers.${name}.url`,
+        message: tls
+          ? `server ${name}'s url is http://, but the deployment has a tls: block, so it serves https: write https://`
+          : `server ${name}'s url is https://, but the deployment has no tls: block, so it serves plain http: add a tls: block or write http://`,
+      });
+    }
+    if (server.port === undefined || server.port === 0) {
+      problems.push({
+        line: at(["servers", name, "url"]),
+        path: `servers.${name}.port`,
+        message: `server ${name} gives a url but no fixed port: the port chosen at startup would not be the one the url reaches (e.g. port: 8000)`,
+      });
+    }
+  }
+  return problems;
+}
+
+/**
  * Duplicate keys, which YAML reports as errors: a duplicate server name is named as such, with
  * the line of its first definition.
  */

@@ -21,6 +21,7 @@ import {
   duplicateProblems,
   nodeProblems,
   portProblems,
+  urlProblems,
   referenceProblems,
   serverNameProblem,
   type LineOf,
@@ -179,6 +180,7 @@ export function loadDeploymentFile(file: string, options: LoadOptions = {}): Loa
   problems.push(...referenceProblems(checked, at));
   problems.push(...portProblems(checked, at));
   problems.push(...nodeProblems(data, checked, at));
+  problems.push(...urlProblems(data, at));
   const entrypoints: Record<string, string> = {};
   for (const [name, server] of Object.entries(checked)) {
     const badName = serverNameProblem(name, at);

@@ -27,11 +27,14 @@ export function resolveDeployment(
   for (const [name, server] of Object.entries(loaded.servers)) {
     const port = ports[name] ?? server.port;
     if (port === 0) throw new Error(`no port chosen for server ${name}`);
-    // On a node, others reach the server at the node's host even when it binds a wildcard.
+    // On a node, a server bound to a wildcard (or to its node's host) is reached at the node's
+    // host; one bound to an address of its own is reached there.
     const nodeHost = server.node === null ? null : (loaded.nodes?.[server.node]?.host ?? null);
+    const wildcard = server.host === "0.0.0.0" || server.host === "::";
     servers[name] = {
       kind: server.kind,
-      url: server.url ?? serverUrl(nodeHost ?? server.host, port, scheme),
+      url:
+        server.url ?? serverUrl(wildcard ? (nodeHost ?? server.host) : server.host, port, scheme),
       host: server.host,
       port,
       ...(server.node === null ? {} : { node: server.node }),

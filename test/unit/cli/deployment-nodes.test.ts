@@ -59,7 +59,7 @@ servers:
     entrypoint: ./srv.ts
     node: cpu
     port: 8003
-    url: https://agent.example.org:443/
+    url: http://agent.example.org:80/
     config:
       model_server: policy
 `;
@@ -85,7 +85,7 @@ describe("a deployment with nodes", () => {
       host: "0.0.0.0",
     });
     // An advertised URL wins, without its trailing slash.
-    expect(resolved.servers.agent?.url).toBe("https://agent.example.org:443");
+    expect(resolved.servers.agent?.url).toBe("http://agent.example.org:80");
   });
 
   it("is resolved identically on every machine: nothing is chosen at startup", () => {
@@ -190,6 +190,59 @@ servers:
 `),
     );
     expect(badHost.map((problem) => problem.path)).toContain("nodes.cpu.host");
+  });
+
+  it("reaches a server bound to an address of its own there, not at its node's host", () => {
+    const loaded = loadDeploymentFile(
+      deploymentFile(`nodes:
+  gpu:
+    host: 10.0.0.1
+servers:
+  inference:
+    kind: backend
+    entrypoint: ./srv.ts
+    node: gpu
+    host: 127.0.0.1
+    port: 8100
+`),
+      { env: {} },
+    );
+    expect(resolveDeployment(loaded, {}).servers.inference?.url).toBe("http://127.0.0.1:8100");
+  });
+
+  it("refuses a url whose scheme disagrees with the tls block, or without a fixed port", () => {
+    const plain = problemsOf(
+      deploymentFile(`servers:
+  a:
+    kind: resources
+    entrypoint: ./srv.ts
+    url: https://a.example.org:8443
+    port: 8443
+  b:
+    kind: resources
+    entrypoint: ./srv.ts
+    url: http://b.example.org:8000
+`),
+    );
+    expect(plain.map((problem) => problem.message)).toEqual([
+      expect.stringMatching(/server a's url is https:\/\/, but the deployment has no tls: block/),
+      expect.stringMatching(/server b gives a url but no fixed port/),
+    ]);
+    const tls = problemsOf(
+      deploymentFile(`tls:
+  cert_file: c.pem
+  key_file: k.pem
+servers:
+  a:
+    kind: resources
+    entrypoint: ./srv.ts
+    url: http://a.example.org:8000
+    port: 8000
+`),
+    );
+    expect(tls.map((problem) => problem.message)).toEqual([
+      expect.stringMatching(/server a's url is http:\/\/, but the deployment has a tls: block/),
+    ]);
   });
 
   it("builds https URLs when the deployment has a tls block, with its paths made absolute", () => {

@@ -233,6 +233,23 @@ describe("coordination across skewed clocks (fake clocks)", () => {
     ).rejects.toThrow(RangeError);
   });
 
+  it("does not refuse an offset the measurement's uncertainty may explain (a slow reply)", async () => {
+    const participants = await discover(fakeClient({ counter: 0, policy: 0 }, []), "t");
+    const slow = {
+      ...participants,
+      members: participants.members.map((member) => ({
+        ...member,
+        clockOffsetMs: 6_000,
+        clockUncertaintyMs: member.name === "counter" ? 2_000 : 500,
+      })),
+    };
+    const error = (await prepare(slow, "c1", T0 / 1000 + 30).catch((e: unknown) => e)) as
+      ClockSkewError | undefined;
+    // policy: 6 s ± 0.5 s is beyond 5 s for sure; counter: 6 s ± 2 s may be within it.
+    expect(error).toBeInstanceOf(ClockSkewError);
+    expect(Object.keys(error?.offsetsMs ?? {})).toEqual(["policy"]);
+  });
+
   it("members without a measured clock (built by hand) get the controller's deadlines", async () => {
     const sent: Sent[] = [];
     const members: Member[] = [{ name: "policy", kind: "model" }];
