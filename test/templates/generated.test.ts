@@ -2,7 +2,8 @@
  * Every template as an author gets it: scaffolded without prompts into a temporary directory,
  * installed (by default the SDK packed into the project's vendor/; one kind from a checkout that
  * is deleted before the project installs, one linked to this checkout's sdk/ with `--sdk`, one
- * from a tarball passed with `--sdk`),
+ * from a tarball passed with `--sdk`; two resources kinds whose manifest and vendored SDK are
+ * the first's get its installed tree hard-linked instead of installing the same tree again),
  * typechecked, built, its own tests run, then
  * served under `gym serve` from its deployment file and checkpointed with `gym ckpt checkpoint`.
  * The exported resources server also survives a real crash: killed, served again, restored.
@@ -10,13 +11,19 @@
  */
 import {
   cpSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
   mkdtempSync,
   readFileSync,
   readdirSync,
+  readlinkSync,
   realpathSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
+import { createHash } from "node:crypto";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -40,12 +47,13 @@ beforeAll(async () => {
   });
   expect(packed.code, shown(packed)).toBe(0);
   tarball = path.join(root, packed.stdout.trim().split("\n").at(-1) ?? "");
-});
+}, 2 * MINUTE);
 
+// Five installed projects to delete: on a loaded machine that outlasts the default hook bound.
 afterAll(async () => {
   await killEverything(root, stateFiles);
   rmSync(root, { recursive: true, force: true });
-});
+}, 2 * MINUTE);
 
 /**
  * A checkout of its own for the scaffolder to run from, installed with `npm install` like a
@@ -59,7 +67,15 @@ async function copyOfCheckout(): Promise<string> {
       recursive: true,
       filter: (source) => !source.split(path.sep).includes("node_modules"),
     });
-  for (const entry of ["package.json", "bin", "dist", "src", "README.md", "LICENSE"]) {
+  for (const entry of [
+    "package.json",
+    "bin",
+    "dist",
+    "src",
+    "README.md",
+    "LICENSE",
+    "CHANGELOG.md",
+  ]) {
     copy(path.join("sdk", entry));
   }
   for (const entry of readdirSync(path.join(REPO, "templates"))) {
@@ -88,6 +104,57 @@ async function step(
   const result = await exec(command, args, { cwd: dir, timeoutMs });
   expect(result.code, `${command} ${args.join(" ")} in ${dir}\n${shown(result)}`).toBe(0);
   return result;
+}
+
+/** A digest of what `npm install` makes a project's tree from: its manifest but its name, and vendor/. */
+function installInput(dir: string): string {
+  const { name: _name, ...manifest } = JSON.parse(
+    readFileSync(path.join(dir, "package.json"), "utf8"),
+  ) as Record<string, unknown>;
+  const hash = createHash("sha256").update(JSON.stringify(manifest));
+  const vendor = path.join(dir, "vendor");
+  for (const file of existsSync(vendor) ? readdirSync(vendor).sort() : []) {
+    hash.update(file).update(readFileSync(path.join(vendor, file)));
+  }
+  return hash.digest("hex");
+}
+
+/**
+ * Copies the directory tree `from` to `to` with every file hard-linked (symlinks copied as they
+ * are): the copy's paths are its own, its bytes shared. Caches a run writes are left out.
+ */
+function linkTree(from: string, to: string): void {
+  mkdirSync(to, { recursive: true });
+  for (const entry of readdirSync(from, { withFileTypes: true })) {
+    if (entry.name === ".vite" || entry.name === ".cache") continue;
+    const source = path.join(from, entry.name);
+    const target = path.join(to, entry.name);
+    if (entry.isSymbolicLink()) symlinkSync(readlinkSync(source), target);
+    else if (entry.isDirectory()) linkTree(source, target);
+    else linkSync(source, target);
+  }
+}
+
+/**
+ * Installs the project in `dir` with `npm install`; or, given `installed`, a project installed
+ * already whose manifest (but its name) and vendored SDK are the same bytes, links that
+ * project's `node_modules` into it: npm would make the same tree, and an install costs seconds
+ * of CPU. They differ when the checkout changed between the two scaffolds (the vendored SDK
+ * holds its sources): the project then installs its own, and says so.
+ */
+async function install(dir: string, installed?: string): Promise<void> {
+  if (installed !== undefined && installInput(dir) === installInput(installed)) {
+    linkTree(path.join(installed, "node_modules"), path.join(dir, "node_modules"));
+    // The tree is this project's own (its paths are in it, not in the other project).
+    expect(realpathSync(path.join(dir, "node_modules"))).toBe(
+      path.join(realpathSync(dir), "node_modules"),
+    );
+    return;
+  }
+  if (installed !== undefined) {
+    console.warn(`${dir}: package.json or vendor/ differs from ${installed}'s: installing`);
+  }
+  await step(dir, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"], 4 * MINUTE);
 }
 
 /** The project's own `gym` (the SDK's bin, linked by npm install). */
@@ -129,6 +196,7 @@ const VARIANTS = [
     server: "multiplier",
     route: "/multiply",
     exported: 0,
+    sharesInstall: "tally",
   },
   {
     name: "restart-tally",
@@ -136,6 +204,7 @@ const VARIANTS = [
     server: "tally",
     route: "/add",
     exported: 0,
+    sharesInstall: "tally",
   },
   // Linked to this checkout's sdk/ (`--sdk <dir>`, the form for working on the SDK itself).
   {
@@ -193,11 +262,9 @@ describe.sequential("generated projects", () => {
           expect(spec).toMatch(/^file:vendor\/gym-participant-sdk-[\d.]+\.tgz$/);
         }
         if (checkoutGone) rmSync(checkout, { recursive: true, force: true });
-        await step(
+        await install(
           dir,
-          "npm",
-          ["install", "--prefer-offline", "--no-audit", "--no-fund"],
-          4 * MINUTE,
+          "sharesInstall" in variant ? path.join(root, variant.sharesInstall) : undefined,
         );
         if (!linked) {
           // The SDK and its dependencies are the project's own: nothing resolves into a checkout.
