@@ -21,13 +21,7 @@ import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deplo
 import { describeError } from "./output.js";
 import { processLogger } from "./process-logger.js";
 import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
-import {
-  checkpointStateOf,
-  drainBeforeStop,
-  termGraceOf,
-  type CheckpointState,
-  type DrainEnd,
-} from "./term-grace.js";
+import { checkpointStateOf, drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
 
 /** What a server module's default export must build: something that listens and closes. */
 export interface StartableServer {
@@ -53,7 +47,10 @@ export interface RunningServer {
    * participant this process serves, or null when it takes no part in checkpoints. Read by the
    * term grace.
    */
-  readonly checkpointState?: () => CheckpointState | null;
+  readonly checkpointState?: () => {
+    readonly phase: string;
+    readonly checkpointId: string | null;
+  } | null;
 }
 
 /** A server module cannot be used; the message says what to change. */
