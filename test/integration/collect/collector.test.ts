@@ -3,20 +3,13 @@
  * running out, a missed prepare, a refused restore, an older checkpoint not trusted for rows a
  * later run re-sent, admission refusals, and forgetting at the end.
  */
-import {
-  appendFileSync,
-  existsSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Collection, collect, type CollectOptions } from "#sdk/collect/collector.js";
 import type { RolloutRow } from "#sdk/collect/rollout-row.js";
-import { StubDeployment, type ReceivedRun } from "./stub-deployment.js";
+import { StubDeployment, writeTasks, type ReceivedRun } from "./stub-deployment.js";
 
 let stub: StubDeployment;
 let dir: string;
@@ -32,16 +25,7 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function tasks(count: number): string {
-  const file = path.join(dir, "tasks.jsonl");
-  writeFileSync(
-    file,
-    Array.from({ length: count }, (_, i) => `${JSON.stringify({ task_id: `t${i}`, q: i })}\n`).join(
-      "",
-    ),
-  );
-  return file;
-}
+const tasks = (count: number): string => writeTasks(dir, count);
 
 function options(extra: Partial<CollectOptions> = {}): CollectOptions {
   const participants = stub.participants();

@@ -4,7 +4,7 @@
  * rows again); a missing input and an unknown environment server are named before anything is
  * sent or discarded.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -13,7 +13,7 @@ import type { RolloutRow } from "#sdk/collect/rollout-row.js";
 import { TaskFileError } from "#sdk/collect/task-rows.js";
 import { ServerClient } from "#sdk/client/server-client.js";
 import type { ResolvedServer } from "#sdk/wire/deployment.js";
-import { StubDeployment } from "./stub-deployment.js";
+import { StubDeployment, writeTasks } from "./stub-deployment.js";
 
 let stub: StubDeployment;
 let dir: string;
@@ -29,12 +29,8 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function tasks(count: number, extra: (i: number) => object = () => ({})): string {
-  const file = path.join(dir, "tasks.jsonl");
-  const lines = Array.from({ length: count }, (_, i) => ({ task_id: `t${i}`, q: i, ...extra(i) }));
-  writeFileSync(file, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
-  return file;
-}
+const tasks = (count: number, extra?: (i: number) => object): string =>
+  writeTasks(dir, count, extra);
 
 function options(extra: Partial<CollectOptions> = {}): CollectOptions {
   const participants = stub.participants();

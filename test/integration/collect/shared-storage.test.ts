@@ -4,7 +4,7 @@
  * a published checkpoint whose subdirectory is missing here is not restored (no restore is
  * sent), naming the host that wrote it, and its rows start over.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -21,7 +21,7 @@ import {
   startNodeLocalProxy,
   type NodeLocalProxy,
 } from "../../support/node-local-proxy.js";
-import { StubDeployment } from "./stub-deployment.js";
+import { StubDeployment, writeTasks } from "./stub-deployment.js";
 
 let stub: StubDeployment;
 let dir: string;
@@ -44,16 +44,7 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function tasks(count: number): string {
-  const file = path.join(dir, "tasks.jsonl");
-  writeFileSync(
-    file,
-    Array.from({ length: count }, (_, i) => `${JSON.stringify({ task_id: `t${i}`, q: i })}\n`).join(
-      "",
-    ),
-  );
-  return file;
-}
+const tasks = (count: number): string => writeTasks(dir, count);
 
 /** The stub's participants, reached through a node-local proxy when `nodeLocal`. */
 async function participants(nodeLocal: boolean): Promise<Participants> {

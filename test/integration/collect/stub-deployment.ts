@@ -6,14 +6,31 @@
  * not; a commit writes an empty participant directory). For the collector paths real servers
  * reach only under faults.
  */
+import { writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
+import path from "node:path";
 import { ServerClient } from "#sdk/client/server-client.js";
 import type { Participants } from "#sdk/client/coordination.js";
 import { RecordsWriter } from "#sdk/store/records-writer.js";
 import { CONTROL_PREFIX } from "#sdk/wire/control.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
+
+/**
+ * Writes `dir/tasks.jsonl` with `count` rows `{task_id: "t<i>", q: i, ...extra(i)}` and returns
+ * its path: the task file the collector tests feed the stub.
+ */
+export function writeTasks(
+  dir: string,
+  count: number,
+  extra: (i: number) => object = () => ({}),
+): string {
+  const file = path.join(dir, "tasks.jsonl");
+  const lines = Array.from({ length: count }, (_, i) => ({ task_id: `t${i}`, q: i, ...extra(i) }));
+  writeFileSync(file, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
+  return file;
+}
 
 /** What an attempt's `/run` does. */
 export type RunBehaviour = "reply" | "drop" | "admission_closed" | "invalid" | "hang";

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import fc from "fast-check";
+import { problemsOf, writeDeploymentFile } from "../../support/deployment-files.js";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   DeploymentFileError,
@@ -13,7 +14,6 @@ import {
   resolveDeployment,
   resolveEntrypoint,
   serverUrl,
-  type DeploymentProblem,
 } from "#sdk/deployment/index.js";
 import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
@@ -24,26 +24,9 @@ const SERVERS = path.join(FIXTURES, "servers");
 const temp = mkdtempSync(path.join(tmpdir(), "gym-deployment-file-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
-let files = 0;
 /** Writes a deployment file in a fresh directory holding a server module `srv.ts`. */
-function deploymentFile(text: string, name = "deployment.yaml"): string {
-  const dir = path.join(temp, `case-${++files}`);
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(path.join(dir, "srv.ts"), "export default class {}\n");
-  const file = path.join(dir, name);
-  writeFileSync(file, text);
-  return file;
-}
-
-function problemsOf(file: string, env: NodeJS.ProcessEnv = {}): DeploymentProblem[] {
-  try {
-    loadDeploymentFile(file, { env });
-  } catch (error) {
-    expect(error).toBeInstanceOf(DeploymentFileError);
-    return [...(error as DeploymentFileError).problems];
-  }
-  throw new Error(`${file} loaded without problems`);
-}
+const deploymentFile = (text: string, name?: string): string =>
+  writeDeploymentFile(temp, text, name);
 
 describe("loading the fixture deployments", () => {
   it("loads the good deployment with its entrypoints resolved next to the file", () => {

@@ -2,40 +2,20 @@
  * A deployment across machines: `nodes:`, a server's `node`, its bind address and advertised
  * URL, and the checks that refuse a file before anything starts.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { problemsOf, writeDeploymentFile } from "../../support/deployment-files.js";
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  DeploymentFileError,
-  loadDeploymentFile,
-  resolveDeployment,
-  type DeploymentProblem,
-} from "#sdk/deployment/index.js";
+import { loadDeploymentFile, resolveDeployment } from "#sdk/deployment/index.js";
 import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
 const temp = mkdtempSync(path.join(tmpdir(), "gym-deployment-nodes-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
-let files = 0;
-function deploymentFile(text: string): string {
-  const dir = path.join(temp, `case-${++files}`);
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(path.join(dir, "srv.ts"), "export default class {}\n");
-  const file = path.join(dir, "deployment.yaml");
-  writeFileSync(file, text);
-  return file;
-}
-
-function problemsOf(file: string, env: NodeJS.ProcessEnv = {}): DeploymentProblem[] {
-  try {
-    loadDeploymentFile(file, { env });
-  } catch (error) {
-    expect(error).toBeInstanceOf(DeploymentFileError);
-    return [...(error as DeploymentFileError).problems];
-  }
-  throw new Error(`${file} loaded without problems`);
-}
+/** Writes a deployment file in a fresh directory holding a server module `srv.ts`. */
+const deploymentFile = (text: string, name?: string): string =>
+  writeDeploymentFile(temp, text, name);
 
 const TWO_NODES = `nodes:
   gpu:
