@@ -87,7 +87,13 @@ export class CollectProcess {
 
   /** Waits for a line of its stderr matching `pattern`. */
   async waitForStderr(pattern: RegExp, timeoutMs = 60_000): Promise<void> {
-    await until(`gym collect to print ${pattern}`, () => pattern.test(this.stderr), timeoutMs);
+    try {
+      await until(`gym collect to print ${pattern}`, () => pattern.test(this.stderr), timeoutMs);
+    } catch (error) {
+      // What it printed instead is what explains the failure.
+      const tail = this.stderr.split("\n").slice(-40).join("\n");
+      throw new Error(`${(error as Error).message}; its stderr ended with:\n${tail}`);
+    }
   }
 }
 
