@@ -8,7 +8,7 @@ import type {
 } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
 import { validateStored, type StoredRecord } from "../store/records-reader.js";
-import type { WorkerPool } from "./workers/worker-pool.js";
+import type { WorkerPool } from "../workers/worker-pool.js";
 import { deferred } from "../util/deferred.js";
 import { RetiredAttempts } from "./retired-attempts.js";
 

@@ -28,7 +28,7 @@ import { serverTlsOptions, type ServerTlsOptions } from "../client/tls.js";
 import { isLoopbackHost } from "../util/loopback.js";
 import { ControlPlane } from "../control/control-plane.js";
 import type { Participant } from "../control/participant.js";
-import type { WorkerLink } from "../control/workers/worker-link.js";
+import type { WorkerLink } from "../workers/worker-link.js";
 import { ConfigError } from "../errors.js";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { mountOpenApiRoutes } from "./openapi-routes.js";

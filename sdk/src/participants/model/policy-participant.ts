@@ -28,16 +28,16 @@ import { isPlainRecord } from "../../util/plain-record.js";
 import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
 import { readAsStandardJson } from "../../store/records-reader.js";
 import type { Participant as ParticipantBase } from "../../control/participant.js";
-import type { WorkerPool } from "../../control/workers/worker-pool.js";
+import type { WorkerPool } from "../../workers/worker-pool.js";
 import { cutTickets, type CutService } from "./cut-service.js";
-import { CoordinatedPolicyParticipant } from "./coordinated-policy.js";
+import { CoordinatedPolicyParticipant } from "../../workers/coordinated-policy.js";
 import { PolicyGate } from "./policy-gate.js";
 import {
   UnsettledLedgerKeys,
   WorkerCutClaims,
   coordinatorCutService,
   type CoordinatorRequest,
-} from "./policy-worker.js";
+} from "../../workers/policy-worker.js";
 import { RestoredCuts, type CutClaim, type CutRecord } from "./restored-cuts.js";
 
 /** The blocker a streaming untagged call is reported as (it has no capture key). */

@@ -15,7 +15,7 @@ import {
   type ServerResponse,
 } from "node:http";
 import { connect } from "node:net";
-import type { OwnerRoute } from "../../control/workers/worker-link.js";
+import type { OwnerRoute } from "../../workers/worker-link.js";
 import { GymError } from "../../errors.js";
 import { SocketMux } from "./socket-mux.js";
 

@@ -13,8 +13,8 @@
  *
  * @see docs/workers.md
  */
-import type { JsonValue } from "../../json/json-value.js";
-import type { PrepareReport } from "../../wire/control.js";
+import type { JsonValue } from "../json/json-value.js";
+import type { PrepareReport } from "../wire/control.js";
 
 /** Environment variables a worker process is started with. */
 export const WORKER_ENV = {

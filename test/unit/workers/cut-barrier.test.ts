@@ -4,7 +4,7 @@
  * not cut (its calls regenerate), and each worker gets the acks of its own calls.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { CutBarrier } from "#sdk/participants/model/cut-barrier.js";
+import { CutBarrier } from "#sdk/workers/cut-barrier.js";
 import type { CutCandidate, CutService } from "#sdk/participants/model/cut-service.js";
 import { generationCutFailureAck } from "#sdk/capture/generation-cut.js";
 

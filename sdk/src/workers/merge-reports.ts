@@ -4,8 +4,8 @@
  *
  * @see docs/workers.md
  */
-import { compareStrings } from "../../util/compare-strings.js";
-import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
+import { compareStrings } from "../util/compare-strings.js";
+import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../wire/control.js";
 
 /** What the coordinator knows of its workers while merging. */
 export interface MembershipFacts {

@@ -8,10 +8,10 @@ import { connect, createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-participant.js";
-import { encodeExport } from "#sdk/control/workers/encoded-export.js";
-import { FrameChannel } from "#sdk/control/workers/frame-channel.js";
-import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
+import { CoordinatedParticipant } from "#sdk/workers/coordinated-participant.js";
+import { encodeExport } from "#sdk/workers/encoded-export.js";
+import { FrameChannel } from "#sdk/workers/frame-channel.js";
+import { WorkerPool } from "#sdk/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import {

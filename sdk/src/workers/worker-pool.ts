@@ -7,11 +7,11 @@
  */
 import type { Socket } from "node:net";
 import { pino, type Logger } from "pino";
-import { CheckpointError } from "../../errors.js";
-import type { JsonValue } from "../../json/json-value.js";
+import { CheckpointError } from "../errors.js";
+import type { JsonValue } from "../json/json-value.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
 import type { JoinState, LostWorker, RegisterMessage, WorkerReport } from "./worker-messages.js";
-import { mergeExpositions, type ProcessExposition } from "../../telemetry/merge-exposition.js";
+import { mergeExpositions, type ProcessExposition } from "../telemetry/merge-exposition.js";
 
 /** How long a scrape waits for one worker's metrics (Prometheus' default scrape timeout is 10 s). */
 const METRICS_TIMEOUT_MS = 5_000;

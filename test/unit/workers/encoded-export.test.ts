@@ -8,11 +8,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { decodeExport, encodeExport } from "#sdk/control/workers/encoded-export.js";
-import { FrameBytes, FrameChannel, type FrameHandler } from "#sdk/control/workers/frame-channel.js";
+import { decodeExport, encodeExport } from "#sdk/workers/encoded-export.js";
+import { FrameBytes, FrameChannel, type FrameHandler } from "#sdk/workers/frame-channel.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import { ENCODED_LINE } from "#sdk/store/records-writer.js";
-import { writeRecordsAs } from "../../../support/craft-checkpoint.js";
+import { writeRecordsAs } from "../../support/craft-checkpoint.js";
 import type { RecordBase } from "#sdk/wire/storage.js";
 
 const cleanups: (() => void)[] = [];

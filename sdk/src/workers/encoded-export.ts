@@ -5,11 +5,11 @@
  *
  * @see docs/workers.md
  */
-import { episodeIdToWire, parseEpisodeId } from "../../identity/episode-id.js";
-import type { JsonValue } from "../../json/json-value.js";
-import { ENCODED_LINE, encodeRecordLines, type EncodedRecord } from "../../store/records-writer.js";
-import { linesOf } from "../../util/buffer-parts.js";
-import type { RecordBase } from "../../wire/storage.js";
+import { episodeIdToWire, parseEpisodeId } from "../identity/episode-id.js";
+import type { JsonValue } from "../json/json-value.js";
+import { ENCODED_LINE, encodeRecordLines, type EncodedRecord } from "../store/records-writer.js";
+import { linesOf } from "../util/buffer-parts.js";
+import type { RecordBase } from "../wire/storage.js";
 import { FrameBytes } from "./frame-channel.js";
 
 /** The records of a worker's export as one block of stored lines, with their episodes. */

@@ -3,13 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import {
-  FrameBytes,
-  FrameChannel,
-  ChannelClosedError,
-} from "#sdk/control/workers/frame-channel.js";
+import { FrameBytes, FrameChannel, ChannelClosedError } from "#sdk/workers/frame-channel.js";
 import { CheckpointError, DetailError, GymError, InvalidRequestError } from "#sdk/errors.js";
-import type { FrameHandler } from "#sdk/control/workers/frame-channel.js";
+import type { FrameHandler } from "#sdk/workers/frame-channel.js";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {

@@ -8,17 +8,17 @@
 import { randomBytes } from "node:crypto";
 import { connect } from "node:net";
 import { pino, type Logger } from "pino";
-import { GymError } from "../../errors.js";
-import { parseEpisodeId } from "../../identity/episode-id.js";
-import { scopeFromCaptureKeys } from "../../identity/scope-keys.js";
-import type { JsonValue } from "../../json/json-value.js";
-import type { Operation } from "../../wire/control.js";
-import type { Manifest, RecordBase } from "../../wire/storage.js";
-import type { CloseAdmissionRequest, Participant } from "../participant.js";
+import { GymError } from "../errors.js";
+import { parseEpisodeId } from "../identity/episode-id.js";
+import { scopeFromCaptureKeys } from "../identity/scope-keys.js";
+import type { JsonValue } from "../json/json-value.js";
+import type { Operation } from "../wire/control.js";
+import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { CloseAdmissionRequest, Participant } from "../control/participant.js";
 import { encodeExport } from "./encoded-export.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
-import { decodeStoredLine } from "../../store/records-reader.js";
-import { linesOf } from "../../util/buffer-parts.js";
+import { decodeStoredLine } from "../store/records-reader.js";
+import { linesOf } from "../util/buffer-parts.js";
 import type { JoinState, LostWorker } from "./worker-messages.js";
 
 /** Where a request for a session goes. */

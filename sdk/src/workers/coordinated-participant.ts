@@ -6,21 +6,21 @@
  * @see docs/workers.md
  */
 import type { z } from "zod";
-import { CheckpointError, EpisodeError } from "../../errors.js";
+import { CheckpointError, EpisodeError } from "../errors.js";
 import {
   captureKey,
   episodeIdToWire,
   fromCaptureKey,
   type EpisodeId,
-} from "../../identity/episode-id.js";
-import { captureKeySet, captureKeysOf } from "../../identity/scope-keys.js";
-import type { JsonValue } from "../../json/json-value.js";
-import { compareStrings } from "../../util/compare-strings.js";
-import type { ParticipantKind, PrepareReport } from "../../wire/control.js";
-import type { Manifest, RecordBase } from "../../wire/storage.js";
-import type { StoredRecord } from "../../store/records-reader.js";
-import { refuseDuplicateRecords } from "../duplicate-records.js";
-import { Participant, type CloseAdmissionRequest } from "../participant.js";
+} from "../identity/episode-id.js";
+import { captureKeySet, captureKeysOf } from "../identity/scope-keys.js";
+import type { JsonValue } from "../json/json-value.js";
+import { compareStrings } from "../util/compare-strings.js";
+import type { ParticipantKind, PrepareReport } from "../wire/control.js";
+import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { StoredRecord } from "../store/records-reader.js";
+import { refuseDuplicateRecords } from "../control/duplicate-records.js";
+import { Participant, type CloseAdmissionRequest } from "../control/participant.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
 import { FrameBytes } from "./frame-channel.js";

@@ -10,14 +10,14 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { ControlPlane } from "#sdk/control/control-plane.js";
-import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-participant.js";
-import { WorkerLink } from "#sdk/control/workers/worker-link.js";
-import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
+import { CoordinatedParticipant } from "#sdk/workers/coordinated-participant.js";
+import { WorkerLink } from "#sdk/workers/worker-link.js";
+import { WorkerPool } from "#sdk/workers/worker-pool.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId, fromCaptureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
 import { captureKeysOf } from "#sdk/identity/scope-keys.js";
-import { writeRecordsAs } from "../../../support/craft-checkpoint.js";
-import { TestParticipant, commitReq, req, restoreReq } from "../../../support/test-participant.js";
+import { writeRecordsAs } from "../../support/craft-checkpoint.js";
+import { TestParticipant, commitReq, req, restoreReq } from "../../support/test-participant.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {

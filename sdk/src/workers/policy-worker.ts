@@ -9,12 +9,12 @@
  * @module
  */
 import type { Logger } from "pino";
-import { AttemptSet } from "../../control/attempt-keys.js";
-import type { EpisodeId } from "../../identity/episode-id.js";
-import type { JsonValue } from "../../json/json-value.js";
-import type { GenerationCutPrefixAck } from "../../capture/generation-cut.js";
-import type { CutService } from "./cut-service.js";
-import type { CutClaim, CutRecord } from "./restored-cuts.js";
+import { AttemptSet } from "../control/attempt-keys.js";
+import type { EpisodeId } from "../identity/episode-id.js";
+import type { JsonValue } from "../json/json-value.js";
+import type { GenerationCutPrefixAck } from "../capture/generation-cut.js";
+import type { CutService } from "../participants/model/cut-service.js";
+import type { CutClaim, CutRecord } from "../participants/model/restored-cuts.js";
 
 /** Sends a message to the server's coordinator and waits for its answer. */
 export type CoordinatorRequest = (kind: string, body: JsonValue) => Promise<JsonValue>;

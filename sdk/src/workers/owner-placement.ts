@@ -5,7 +5,7 @@
  *
  * @see docs/workers.md
  */
-import { compareStrings } from "../../util/compare-strings.js";
+import { compareStrings } from "../util/compare-strings.js";
 
 /**
  * The alias table `old owner → live worker`: owners in order of record count (most first, then

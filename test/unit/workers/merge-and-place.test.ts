@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { mergeReports, mergeStatusExtras } from "#sdk/control/workers/merge-reports.js";
-import { placeOwners } from "#sdk/control/workers/owner-placement.js";
+import { mergeReports, mergeStatusExtras } from "#sdk/workers/merge-reports.js";
+import { placeOwners } from "#sdk/workers/owner-placement.js";
 import { prepareReport } from "#sdk/wire/control.js";
 
 const facts = { blockerPrefix: "resources", expected: 2, lost: false };

@@ -16,21 +16,25 @@
  *
  * @module
  */
-import type { JsonValue } from "../../json/json-value.js";
-import { captureKey, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
-import type { CloseAdmissionRequest } from "../../control/participant.js";
-import { CoordinatedParticipant } from "../../control/workers/coordinated-participant.js";
-import { mergeStatusExtras } from "../../control/workers/merge-reports.js";
-import type { Member, WorkerPool } from "../../control/workers/worker-pool.js";
-import { AttemptSet } from "../../control/attempt-keys.js";
-import { compareStrings } from "../../util/compare-strings.js";
-import type { Manifest, RecordBase } from "../../wire/storage.js";
-import type { StoredRecord } from "../../store/records-reader.js";
+import type { JsonValue } from "../json/json-value.js";
+import { captureKey, fromCaptureKey, type EpisodeId } from "../identity/episode-id.js";
+import type { CloseAdmissionRequest } from "../control/participant.js";
+import { CoordinatedParticipant } from "./coordinated-participant.js";
+import { mergeStatusExtras } from "./merge-reports.js";
+import type { Member, WorkerPool } from "./worker-pool.js";
+import { AttemptSet } from "../control/attempt-keys.js";
+import { compareStrings } from "../util/compare-strings.js";
+import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { StoredRecord } from "../store/records-reader.js";
 import { CutBarrier } from "./cut-barrier.js";
-import type { CutCandidate } from "./cut-service.js";
-import type { ModelRecord, PolicyParticipant, PolicySnapshot } from "./policy-participant.js";
+import type { CutCandidate } from "../participants/model/cut-service.js";
+import type {
+  ModelRecord,
+  PolicyParticipant,
+  PolicySnapshot,
+} from "../participants/model/policy-participant.js";
 import type { CutClaimReply } from "./policy-worker.js";
-import type { CutRecord } from "./restored-cuts.js";
+import type { CutRecord } from "../participants/model/restored-cuts.js";
 
 /** The participant a multi-worker model server's coordinator runs. */
 export class CoordinatedPolicyParticipant extends CoordinatedParticipant {

@@ -11,15 +11,15 @@ import path from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { ControlPlane } from "#sdk/control/control-plane.js";
 import type { Participant } from "#sdk/control/participant.js";
-import { CoordinatedParticipant } from "#sdk/control/workers/coordinated-participant.js";
-import { WorkerLink } from "#sdk/control/workers/worker-link.js";
-import { WorkerPool } from "#sdk/control/workers/worker-pool.js";
+import { CoordinatedParticipant } from "#sdk/workers/coordinated-participant.js";
+import { WorkerLink } from "#sdk/workers/worker-link.js";
+import { WorkerPool } from "#sdk/workers/worker-pool.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import type { JsonValue } from "#sdk/json/json-value.js";
 import type { AgentSessionHooks } from "#sdk/participants/agent/agent-records.js";
 import { AgentSessionParticipant } from "#sdk/participants/agent/agent-session-participant.js";
 import { ResourcesParticipant } from "#sdk/participants/resources/resources-participant.js";
-import { commitReq, req, restoreReq } from "../../../support/test-participant.js";
+import { commitReq, req, restoreReq } from "../../support/test-participant.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {

@@ -6,9 +6,9 @@
  *
  * @module
  */
-import type { GenerationCutPrefixAck } from "../../capture/generation-cut.js";
-import { deferred, type Deferred } from "../../util/deferred.js";
-import type { CutCandidate, CutService } from "./cut-service.js";
+import type { GenerationCutPrefixAck } from "../capture/generation-cut.js";
+import { deferred, type Deferred } from "../util/deferred.js";
+import type { CutCandidate, CutService } from "../participants/model/cut-service.js";
 
 interface Submission {
   readonly candidates: readonly CutCandidate[];

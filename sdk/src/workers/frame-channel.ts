@@ -15,14 +15,14 @@ import {
   InvalidRequestError,
   type ErrorCode,
   ERROR_CATALOGUE,
-} from "../../errors.js";
+} from "../errors.js";
 import {
   decodeJson,
   encodeJson,
   jsonValueNeedsExtended,
   type JsonValue,
-} from "../../json/json-value.js";
-import { dropHead, headOf, partsLength } from "../../util/buffer-parts.js";
+} from "../json/json-value.js";
+import { dropHead, headOf, partsLength } from "../util/buffer-parts.js";
 
 /**
  * The first byte of a frame's payload: plain JSON, or the store's extended encoding; the same
