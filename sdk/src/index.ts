@@ -126,10 +126,13 @@ export {
 // ---- Resources servers --------------------------------------------------------------------
 export { ResourcesServer, resourcesSession } from "./server/resources-server.js";
 export type {
+  CloseSessionInput,
   ExportSessionStatesInput,
   RestoreSessionStatesInput,
   RetireSessionStateInput,
+  SeedInput,
   SessionRouteInput,
+  VerifyInput,
   VerifyResult,
 } from "./server/resources-server.js";
 export {
@@ -140,7 +143,11 @@ export {
   VerifyReplySchema,
   VerifyRequestSchema,
 } from "./wire/resources.js";
-export type { ResourcesSeedSessionRequest, VerifyReply } from "./wire/resources.js";
+export type {
+  ResourcesCloseSessionRequest,
+  ResourcesSeedSessionRequest,
+  VerifyReply,
+} from "./wire/resources.js";
 export type { ResourcesSession } from "./server/resources/session-cookie.js";
 export { SessionStateServer } from "./server/resources/session-state-server.js";
 export type { StateTool, StateToolInput } from "./server/resources/session-state-server.js";

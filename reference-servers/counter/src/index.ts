@@ -2,7 +2,7 @@
  * per-session count; `/verify` rewards 1.0 only when the count equals the task's target. */
 import { z } from "zod";
 import { SessionStateServer, isMainModule, serveMain } from "gym-participant-sdk";
-import type { SessionRouteInput } from "gym-participant-sdk";
+import type { SeedInput, VerifyInput } from "gym-participant-sdk";
 
 const Task = z.looseObject({ initial_count: z.int().default(0), target: z.int().optional() });
 const NativeSeed = z.looseObject({ resources_session_id: z.string(), task_data: Task });
@@ -10,9 +10,10 @@ const Counter = z.strictObject({ count: z.int(), target: z.int().nullable() }); 
 
 export default class CounterServer extends SessionStateServer<z.infer<typeof Counter>> {
   protected override readonly stateSchema = Counter;
-  protected override readonly seedSchema = z.union([NativeSeed, Task]);
-  protected override initialState({ body }: SessionRouteInput) {
-    const task = Task.parse(NativeSeed.safeParse(body).data?.task_data ?? body);
+  // A native seed carries the task in `task_data`; a legacy seed is the task itself.
+  override readonly seedRequest = z.union([NativeSeed.transform((seed) => seed.task_data), Task]);
+  override readonly verifyRequest = z.looseObject({ expected_count: z.number().optional() });
+  protected override initialState({ body: task }: SeedInput<this>) {
     return { count: task.initial_count, target: task.target ?? null };
   }
   protected override tools() {
@@ -23,10 +24,8 @@ export default class CounterServer extends SessionStateServer<z.infer<typeof Cou
         request: z.strictObject({ count: z.int() }), // required: a model leaving it out is told
         reply: z.strictObject({ success: z.boolean() }), // false: a session nobody seeded
         examples: { request: { count: 2 }, reply: { success: true } },
-        handler: (call) => ({
-          success:
-            call.state !== undefined &&
-            call.setState({ ...call.state, count: call.state.count + call.body.count }),
+        handler: ({ body, state, setState }) => ({
+          success: state !== undefined && setState({ ...state, count: state.count + body.count }),
         }),
       }),
       this.stateTool({
@@ -38,9 +37,9 @@ export default class CounterServer extends SessionStateServer<z.infer<typeof Cou
       }),
     ];
   }
-  protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+  protected override verify({ body, session }: VerifyInput<this>) {
     const counter = this.states.get(session.id);
-    const target = typeof body.expected_count === "number" ? body.expected_count : counter?.target;
+    const target = body.expected_count ?? counter?.target;
     return { reward: counter !== undefined && counter.count === target ? 1.0 : 0.0 };
   }
 }

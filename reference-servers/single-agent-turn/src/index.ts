@@ -22,7 +22,6 @@ import { SingleAgentTurnEpisode } from "./episode.js";
 import {
   SingleAgentTurnConfigSchema,
   SingleAgentTurnRunRequestSchema,
-  TaskInputSchema,
   type SingleAgentTurnConfig,
 } from "./wire.js";
 
@@ -70,6 +69,8 @@ export type {
  */
 export default class SingleAgentTurnServer extends EnvironmentServer<SingleAgentTurnConfig> {
   static override checkpointBoundaries = true;
+  /** The protocol's own task input is checked with the request, so a bad one is a 422. */
+  override readonly runRequest = SingleAgentTurnRunRequestSchema;
 
   constructor(options: ServerOptions) {
     super(options);
@@ -101,15 +102,6 @@ export default class SingleAgentTurnServer extends EnvironmentServer<SingleAgent
     });
   }
 
-  protected override routes(): readonly DataRoute[] {
-    // The protocol's own task input is checked with the request, so a bad one is a 422.
-    return super
-      .routes()
-      .map((route) =>
-        route.path === "/run" ? { ...route, request: SingleAgentTurnRunRequestSchema } : route,
-      );
-  }
-
   protected override extraRoutes(): readonly DataRoute[] {
     return [
       dataRoute({
@@ -132,13 +124,13 @@ export default class SingleAgentTurnServer extends EnvironmentServer<SingleAgent
     ];
   }
 
-  protected override async runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome> {
+  protected override async runEpisode(input: RunEpisodeInput<this>): Promise<EpisodeOutcome> {
     const episode = new SingleAgentTurnEpisode(
       { client: this.client, config: this.settings, logger: this.logger },
       {
         episode: input.episode,
         taskId: input.body.task.task_id,
-        taskInput: TaskInputSchema.parse(input.body.task.task_input),
+        taskInput: input.body.task.task_input,
         steps: input.steps,
         signal: input.signal,
         onCleanup: input.onCleanup,

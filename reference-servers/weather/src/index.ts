@@ -5,7 +5,7 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { ResourcesServer, dataRoute, isMainModule, serveMain } from "gym-participant-sdk";
-import type { SessionRouteInput } from "gym-participant-sdk";
+import type { VerifyInput } from "gym-participant-sdk";
 
 /** The same city always gets the same weather. */
 export function weatherOf(city: string): { city: string; temperature_c: number } {
@@ -31,9 +31,14 @@ export default class WeatherServer extends ResourcesServer {
     ];
   }
 
-  protected override verify({ body }: SessionRouteInput<Record<string, unknown>>) {
-    const { city, temperature_c } = body;
-    const right = typeof city === "string" && weatherOf(city).temperature_c === temperature_c;
+  // Both optional: a body without them is verified (reward 0.0), not refused.
+  override readonly verifyRequest = z.looseObject({
+    city: z.string().optional(),
+    temperature_c: z.number().optional(),
+  });
+
+  protected override verify({ body: { city, temperature_c } }: VerifyInput<this>) {
+    const right = city !== undefined && weatherOf(city).temperature_c === temperature_c;
     return { reward: right ? 1.0 : 0.0 };
   }
 }

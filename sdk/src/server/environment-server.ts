@@ -92,10 +92,17 @@ export interface RunReply {
   readonly failure: EpisodeFailure | null;
 }
 
-/** Input of {@link EnvironmentServer.runEpisode}. */
-export interface RunEpisodeInput {
-  /** The validated `/run` body. */
-  readonly body: RunRequest;
+/**
+ * Input of {@link EnvironmentServer.runEpisode} on server `S` (write `RunEpisodeInput<this>`).
+ * @default S: a server whose `/run` body is a plain {@link RunRequest}
+ */
+export interface RunEpisodeInput<
+  S extends { readonly runRequest: z.ZodType<RunRequest> } = {
+    readonly runRequest: z.ZodType<RunRequest>;
+  },
+> {
+  /** The `/run` body as `S`'s {@link EnvironmentServer.runRequest} parsed it. */
+  readonly body: z.output<S["runRequest"]>;
   /** The attempt this `/run` runs. */
   readonly episode: EpisodeId;
   /** The episode's steps: boundaries, steps, the restored continuation. */
@@ -130,9 +137,12 @@ const MAX_REASON = 2000;
  * @example
  * class Echo extends EnvironmentServer {
  *   static override checkpointBoundaries = true;
- *   protected override async runEpisode({ body, steps }: RunEpisodeInput) {
+ *   override readonly runRequest = RunRequestSchema.extend({
+ *     task: z.strictObject({ task_id: TaskIdSchema, task_input: z.string() }),
+ *   });
+ *   protected override async runEpisode({ body, steps }: RunEpisodeInput<this>) {
  *     await steps.boundary({ next: "echo" });
- *     const result = await steps.step("replay", () => body.task.task_input as JsonValue);
+ *     const result = await steps.step("replay", () => body.task.task_input);
  *     return { result };
  *   }
  * }
@@ -168,7 +178,7 @@ export abstract class EnvironmentServer<
    * Runs one episode as a sequence of steps and returns its outcome. Record a boundary at the
    * start of every stage; read `steps.continuation()` first to resume at a restored stage.
    */
-  protected abstract runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome>;
+  protected abstract runEpisode(input: RunEpisodeInput<this>): Promise<EpisodeOutcome>;
 
   /**
    * The `config:` settings: {@link EnvironmentConfigSchema} unless {@link configSchema} declares
@@ -180,11 +190,11 @@ export abstract class EnvironmentServer<
 
   /**
    * The schema of the `/run` body: {@link RunRequestSchema}, or a narrowing of it (e.g. a
-   * stricter `task_input`), so a bad task is refused with 422 before an episode is admitted.
+   * stricter `task_input`), so a bad task is refused with 422 before an episode is admitted. It
+   * validates and documents `/run`, and its parse output is the body {@link runEpisode}
+   * receives (`RunEpisodeInput<this>`). @default RunRequestSchema
    */
-  protected runRequestSchema(): z.ZodType<RunRequest> {
-    return RunRequestSchema;
-  }
+  readonly runRequest: z.ZodType<RunRequest> = RunRequestSchema;
 
   /** The settings that bound an episode, read from the validated config. */
   #bounds(): { episodeTimeoutS: number | null; cleanupTimeoutS: number | null } {
@@ -208,7 +218,7 @@ export abstract class EnvironmentServer<
         description:
           "Failures of the agent or resources server are episode failures (200), not 502s. " +
           "A body naming no episode, or a malformed one, is 422.",
-        request: this.runRequestSchema(),
+        request: this.runRequest,
         // Documents the reply; `RunReply` types it (its episode ID is not branded).
         reply: documentedReply(RunReplySchema),
         errors: ["admission_closed", "stale_attempt", "checkpoint_error"],
@@ -308,7 +318,7 @@ export abstract class EnvironmentServer<
     const deadlineTs =
       bounds.episodeTimeoutS === null ? null : Date.now() / 1000 + bounds.episodeTimeoutS;
     // With several workers, a restored episode waits at the coordinator for its replacement.
-    await this.#participant?.claimRestored?.(captureKey(episode));
+    await this.workerLink?.claimRestored(captureKey(episode));
     const admitted: AdmittedEpisode =
       this.#participant === null
         ? unmanaged(episode, requestSignal, deadlineTs)
@@ -325,7 +335,8 @@ export abstract class EnvironmentServer<
     try {
       try {
         outcome = await this.runEpisode({
-          body,
+          // `this.runRequest` parsed it: the compiler cannot see that through `this`.
+          body: body as z.output<this["runRequest"]>,
           episode,
           steps: admitted,
           signal: admitted.signal,

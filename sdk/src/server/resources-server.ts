@@ -25,6 +25,7 @@ import {
   ResourcesSeedSessionRequestSchema,
   VerifyReplySchema,
   VerifyRequestSchema,
+  type ResourcesCloseSessionRequest,
 } from "../wire/resources.js";
 import { dataRoute, documentedReply, type DataRoute, type RouteInput } from "./data-route.js";
 import {
@@ -88,6 +89,32 @@ export interface SessionRouteInput<Body = unknown> extends RouteInput<Body> {
 }
 
 /**
+ * What {@link ResourcesServer.seedSession} receives on server `S` (write `SeedInput<this>`):
+ * the body as `S`'s {@link ResourcesServer.seedRequest} parsed it.
+ */
+export type SeedInput<S extends { readonly seedRequest: z.ZodType }> = SessionRouteInput<
+  z.output<S["seedRequest"]>
+>;
+
+/** What {@link ResourcesServer.closeSession} receives: the validated `/close_session` body. */
+export type CloseSessionInput = SessionRouteInput<ResourcesCloseSessionRequest>;
+
+/**
+ * What {@link ResourcesServer.verify} receives on server `S` (write `VerifyInput<this>`): the
+ * body as `S`'s {@link ResourcesServer.verifyRequest} parsed it.
+ *
+ * @example
+ * class Judge extends ResourcesServer {
+ *   override readonly verifyRequest = z.looseObject({ answer: z.string() });
+ *   protected override verify({ body }: VerifyInput<this>) {
+ *     return { reward: body.answer === "42" ? 1 : 0 };
+ *   }
+ * }
+ */
+export type VerifyInput<S extends { readonly verifyRequest: z.ZodType<Record<string, unknown>> }> =
+  SessionRouteInput<z.output<S["verifyRequest"]>>;
+
+/**
  * What the session routes can answer besides 422: the checkpoint middleware's refusals (with
  * checkpointing on), and 502 when the handler's call to another server fails (a judge, a
  * sandbox service).
@@ -116,14 +143,20 @@ const HOOK_NAMES = ["exportSessionStates", "restoreSessionStates", "retireSessio
  * ## Hooks (override; `exported` must override all three)
  * {@link exportSessionStates}, {@link restoreSessionStates}, {@link retireSessionState}.
  *
+ * ## Request schemas (fields that type the routes' handlers)
+ * {@link seedRequest} types {@link seedSession}'s body (`SeedInput<this>`), {@link verifyRequest}
+ * types {@link verify}'s (`VerifyInput<this>`); each validates its route (422 naming the field)
+ * and documents it.
+ *
  * The session layer and the checkpoint middleware are installed before any `configureApp` of
  * yours runs; no override needs to call `super`.
  *
  * @example
  * class Echo extends ResourcesServer {
  *   static override checkpointMode = "stateless";
- *   protected override verify() {
- *     return { reward: 1 };
+ *   override readonly verifyRequest = z.looseObject({ reward: z.number() });
+ *   protected override verify({ body }: VerifyInput<this>) {
+ *     return { reward: body.reward };
  *   }
  * }
  *
@@ -226,26 +259,28 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
     return null;
   }
 
-  /** The body schema of `/seed_session`. @default any JSON value */
-  protected seedRequestSchema(): z.ZodType {
-    return AnySeedRequestSchema;
-  }
+  /**
+   * The body schema of `/seed_session`: it validates the seed (422 naming the field), documents
+   * it, and its parse output is the body {@link seedSession} receives (`SeedInput<this>`).
+   * @default any JSON value
+   */
+  readonly seedRequest: z.ZodType = AnySeedRequestSchema;
 
   /**
    * The body schema of `/verify`: narrow it to the fields your verifier reads, so a request
-   * missing one is refused with 422 naming it. Its `.meta({ example })` shows in Swagger UI.
+   * missing one is refused with 422 naming it; its parse output is the body {@link verify}
+   * receives (`VerifyInput<this>`). Its `.meta({ example })` shows in Swagger UI.
    * @default any JSON object
    */
-  protected verifyRequestSchema(): z.ZodType<Record<string, unknown>> {
-    return VerifyRequestSchema;
-  }
+  readonly verifyRequest: z.ZodType<Record<string, unknown>> = VerifyRequestSchema;
 
   /**
    * Seeds a session. The default keeps no state and answers a native body with
    * `{resources_session_id, resources_tools: null, sandbox_access: null}`, anything else `{}`.
    */
-  protected seedSession(input: SessionRouteInput): unknown {
-    const native = ResourcesSeedSessionRequestSchema.safeParse(input.body);
+  protected seedSession(input: SeedInput<this>): unknown {
+    // The native fields as sent, whatever the declared seed schema parsed them into.
+    const native = ResourcesSeedSessionRequestSchema.safeParse(input.req.body);
     if (!native.success) return {};
     return {
       resources_session_id: native.data.resources_session_id,
@@ -255,9 +290,7 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   }
 
   /** Verifies the episode of a session and returns its reward. */
-  protected abstract verify(
-    input: SessionRouteInput<Record<string, unknown>>,
-  ): VerifyResult | Promise<VerifyResult>;
+  protected abstract verify(input: VerifyInput<this>): VerifyResult | Promise<VerifyResult>;
 
   /**
    * Aggregates the verify responses of many rollouts (`POST /aggregate_metrics`, what an
@@ -269,9 +302,8 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   }
 
   /** Closes a session; succeed when already closed or never seeded. The default keeps no state. */
-  protected closeSession(input: SessionRouteInput): unknown {
-    const body = input.body as { resources_session_id?: unknown };
-    return { resources_session_id: body.resources_session_id ?? null };
+  protected closeSession(input: CloseSessionInput): unknown {
+    return { resources_session_id: input.body.resources_session_id ?? null };
   }
 
   /**
@@ -331,29 +363,33 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
       ...input,
       session: sessionOf(input.req),
     });
+    // `this.seedRequest` and `this.verifyRequest` parse the bodies: the hooks' `this`-typed
+    // inputs are their parse outputs, which the compiler cannot see through `this`.
+    type Seed = z.output<this["seedRequest"]>;
+    type Verified = z.output<this["verifyRequest"]>;
     return [
       dataRoute({
         method: "post",
         path: SEED_SESSION_PATH,
         summary: "Start a session",
-        request: this.seedRequestSchema(),
+        request: this.seedRequest,
         reply: documentedReply(ResourcesSeedSessionReplySchema),
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
         rolloutRequired: true,
-        handler: (input) => this.seedSession(withSession(input)),
+        handler: (input) => this.seedSession(withSession(input as RouteInput<Seed>)),
       }),
       dataRoute({
         method: "post",
         path: VERIFY_PATH,
         summary: "Verify a session's episode",
-        request: this.verifyRequestSchema(),
+        request: this.verifyRequest,
         reply: VerifyReplySchema,
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
         rolloutRequired: true,
         handler: async (input) => {
-          const result = await this.verify(withSession(input));
+          const result = await this.verify(withSession(input as RouteInput<Verified>));
           return {
             ...input.body,
             mask_sample: false,

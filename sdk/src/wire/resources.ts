@@ -19,7 +19,7 @@ function nativeSeedExample() {
 
 /**
  * The default `/seed_session` body: any JSON value (a server narrows it with
- * `ResourcesServer.seedRequestSchema()`); the example is a native seed.
+ * `ResourcesServer.seedRequest`); the example is a native seed.
  */
 export const AnySeedRequestSchema = z.unknown().meta({
   description: "Any JSON value; a native seed is a `ResourcesSeedSessionRequest`.",
@@ -45,8 +45,10 @@ export const ResourcesCloseSessionRequestSchema = z
     episode_id: EpisodeIdSchema.optional(),
   })
   .meta({ id: "ResourcesCloseSessionRequest", example: { resources_session_id: "s1" } });
+/** The `/close_session` body. */
+export type ResourcesCloseSessionRequest = z.infer<typeof ResourcesCloseSessionRequestSchema>;
 
-/** The base `/verify` body: any JSON object; servers narrow it with `ResourcesServer.verifyRequestSchema()`. */
+/** The base `/verify` body: any JSON object; servers narrow it with `ResourcesServer.verifyRequest`. */
 export const VerifyRequestSchema = z.looseObject({}).meta({ id: "VerifyRequest" });
 
 /**

@@ -55,18 +55,16 @@ type Boundary = z.infer<typeof BoundarySchema>;
 
 export default class WordCountEnvironment extends EnvironmentServer {
   static override checkpointBoundaries = true;
-
-  protected override runRequestSchema() {
-    return WordCountRunSchema;
-  }
+  /** Validates and documents `/run`, and types `runEpisode`'s body. */
+  override readonly runRequest = WordCountRunSchema;
 
   protected override async runEpisode({
     body,
     steps,
     onCleanup,
-  }: RunEpisodeInput): Promise<EpisodeOutcome> {
-    // Validated by runRequestSchema() before the episode began; parsed again for its type.
-    const { documents, expected_words } = TaskInputSchema.parse(body.task.task_input);
+  }: RunEpisodeInput<this>): Promise<EpisodeOutcome> {
+    // Validated by runRequest before the episode began.
+    const { documents, expected_words } = body.task.task_input;
     // Final cleanup (last in, first out) runs before /run replies: close sessions here.
     onCleanup(() => this.logger.debug({ episode: steps.captureKey }, "episode cleaned up"));
     // A restored attempt continues from its boundary; a new one starts at the first stage.

@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { SessionStateServer, isMainModule, serveMain } from "gym-participant-sdk";
-import type { SessionRouteInput } from "gym-participant-sdk";
+import type { VerifyInput } from "gym-participant-sdk";
 
 /** `/add`'s body: what to add. A body without a numeric `amount` is refused with 422 naming it. */
 const AddRequestSchema = z.strictObject({
@@ -50,11 +50,9 @@ export default class TallyServer extends SessionStateServer<number> {
     ];
   }
 
-  protected override verifyRequestSchema() {
-    return VerifyRequestSchema;
-  }
+  override readonly verifyRequest = VerifyRequestSchema;
 
-  protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+  protected override verify({ body, session }: VerifyInput<this>) {
     return { reward: this.states.get(session.id) === body.target ? 1 : 0 };
   }
 }

@@ -12,7 +12,9 @@ import {
   isMainModule,
   resourcesSession,
   serveMain,
-  type SessionRouteInput,
+  type CloseSessionInput,
+  type SeedInput,
+  type VerifyInput,
 } from "gym-participant-sdk";
 
 /** `/add`'s body: what to add. A body without a numeric `amount` is refused with 422 naming it. */
@@ -55,7 +57,7 @@ export default class TallyServer extends ResourcesServer {
   static override checkpointVerify = "wait";
   readonly totals = new Map<string, number>();
 
-  protected override seedSession(input: SessionRouteInput) {
+  protected override seedSession(input: SeedInput<this>) {
     this.totals.set(input.session.id, 0);
     return super.seedSession(input);
   }
@@ -64,15 +66,13 @@ export default class TallyServer extends ResourcesServer {
     return [addTool(this.totals)];
   }
 
-  protected override verifyRequestSchema() {
-    return VerifyRequestSchema;
-  }
+  override readonly verifyRequest = VerifyRequestSchema;
 
-  protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+  protected override verify({ body, session }: VerifyInput<this>) {
     return { reward: this.totals.get(session.id) === body.target ? 1 : 0 };
   }
 
-  protected override closeSession(input: SessionRouteInput) {
+  protected override closeSession(input: CloseSessionInput) {
     this.totals.delete(input.session.id);
     return super.closeSession(input);
   }

@@ -11,7 +11,7 @@ import {
   dataRoute,
   isMainModule,
   serveMain,
-  type SessionRouteInput,
+  type VerifyInput,
 } from "gym-participant-sdk";
 
 /** The text of a Responses-style reply: the `output_text` parts of its messages, joined. */
@@ -74,12 +74,10 @@ export default class MultiplierServer extends ResourcesServer {
     ];
   }
 
-  protected override verifyRequestSchema() {
-    return VerifyRequestSchema;
-  }
+  override readonly verifyRequest = VerifyRequestSchema;
 
   /** Rewards a final answer that contains the task's `expected_answer`. */
-  protected override verify({ body }: SessionRouteInput<Record<string, unknown>>) {
+  protected override verify({ body }: VerifyInput<this>) {
     const expected = String(body.expected_answer);
     return { reward: outputText(body.response).includes(expected) ? 1 : 0 };
   }

@@ -818,7 +818,7 @@ describe("lazy boundaries", () => {
   class Spying extends SingleAgentTurnServer {
     readonly boundaries: Recorded[] = [];
 
-    protected override runEpisode(input: RunEpisodeInput): Promise<EpisodeOutcome> {
+    protected override runEpisode(input: RunEpisodeInput<this>): Promise<EpisodeOutcome> {
       const { steps } = input;
       const spy: EpisodeHandle = {
         episode: steps.episode,

@@ -1,6 +1,6 @@
 /**
  * The surface every server kind shares: typed `config:` settings on a kind's base schema,
- * `extraRoutes()`, the environment's `runRequestSchema()`, and the opt-in in-memory session
+ * `extraRoutes()`, the environment's `runRequest`, and the opt-in in-memory session
  * state of `SessionStateServer` (export, restore, retire and close written for the author).
  */
 import request from "supertest";
@@ -18,7 +18,7 @@ import {
   type RunEpisodeInput,
 } from "#sdk/server/environment-server.js";
 import { RunRequestSchema } from "#sdk/wire/environment.js";
-import type { SessionRouteInput } from "#sdk/server/resources-server.js";
+import type { VerifyInput } from "#sdk/server/resources-server.js";
 import { SessionStateServer } from "#sdk/server/resources/session-state-server.js";
 import type { Server } from "#sdk/server/server.js";
 
@@ -88,17 +88,15 @@ const NumberTask = RunRequestSchema.extend({
 
 class Doubler extends EnvironmentServer {
   readonly runs: number[] = [];
-  protected override runRequestSchema() {
-    return NumberTask;
-  }
-  protected override async runEpisode({ body }: RunEpisodeInput): Promise<EpisodeOutcome> {
-    const { n } = NumberTask.parse(body).task.task_input;
+  override readonly runRequest = NumberTask;
+  protected override async runEpisode({ body }: RunEpisodeInput<this>): Promise<EpisodeOutcome> {
+    const { n } = body.task.task_input;
     this.runs.push(n);
     return { result: n * 2 };
   }
 }
 
-describe("runRequestSchema()", () => {
+describe("runRequest", () => {
   const task = (input: unknown) => ({ task_id: { taskset: "t", task_id: "1" }, task_input: input });
 
   it("refuses a task the schema refuses with 422 before any episode runs", async () => {
@@ -130,13 +128,19 @@ class Tally extends SessionStateServer<number> {
   protected override tools() {
     const add = z.strictObject({ amount: z.number() });
     return [
-      this.stateTool("/add", "Add to the total", add, ({ body, state, setState }) => ({
-        kept: state !== undefined && setState(state + body.amount),
-        total: state === undefined ? null : state + body.amount,
-      })),
+      this.stateTool({
+        path: "/add",
+        summary: "Add to the total",
+        request: add,
+        handler: ({ body, state, setState }) => ({
+          kept: state !== undefined && setState(state + body.amount),
+          total: state === undefined ? null : state + body.amount,
+        }),
+      }),
     ];
   }
-  protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+  override readonly verifyRequest = z.looseObject({ target: z.number().optional() });
+  protected override verify({ body, session }: VerifyInput<this>) {
     return { reward: this.states.get(session.id) === body.target ? 1 : 0 };
   }
 }

@@ -16,6 +16,7 @@ import {
   type ExportSessionStatesInput,
   type RestoreSessionStatesInput,
   type RetireSessionStateInput,
+  type SeedInput,
   type SessionRouteInput,
 } from "../resources-server.js";
 
@@ -31,7 +32,7 @@ export interface StateToolInput<State, Body> extends SessionRouteInput<Body> {
   setState(state: State): boolean;
 }
 
-/** A {@link SessionStateServer.stateTool} as one object: a `POST` data route handed the session's state. */
+/** A {@link SessionStateServer.stateTool}: a `POST` data route handed the session's state. */
 export interface StateTool<
   State,
   Schema extends z.ZodType | null = null,
@@ -47,14 +48,18 @@ export interface StateTool<
  * A resources server in `exported` mode whose sessions' states live in {@link states}: a seed
  * stores {@link initialState} (a repeated seed keeps what is held; a body naming a
  * `resources_session_id` keys the session by it and is answered with it), a close (answered
- * with the session's ID) or retire deletes it, a checkpoint exports every held state and a restore installs them once
- * {@link sessionStateSchema} accepted all.
+ * with the session's ID) or retire deletes it, a checkpoint exports every held state and a
+ * restore installs them once {@link sessionStateSchema} accepted all.
  *
  * @example
  * class Tally extends SessionStateServer<number> {
  *   protected override readonly stateSchema = z.number();
- *   protected override initialState() { return 0; }
- *   protected override verify({ body, session }: SessionRouteInput<Record<string, unknown>>) {
+ *   override readonly seedRequest = z.looseObject({ start: z.number().default(0) });
+ *   override readonly verifyRequest = z.looseObject({ target: z.number() });
+ *   protected override initialState({ body }: SeedInput<this>) {
+ *     return body.start;
+ *   }
+ *   protected override verify({ body, session }: VerifyInput<this>) {
  *     return { reward: this.states.get(session.id) === body.target ? 1 : 0 };
  *   }
  * }
@@ -76,8 +81,11 @@ export abstract class SessionStateServer<
    */
   protected abstract readonly stateSchema: z.ZodType<State>;
 
-  /** The state a seed builds (it may `session.replaceId` first). */
-  protected abstract initialState(input: SessionRouteInput): State;
+  /**
+   * The state a seed builds from its body as {@link seedRequest} parsed it (it may
+   * `session.replaceId` first).
+   */
+  protected abstract initialState(input: SeedInput<this>): State;
 
   /**
    * A `POST` tool route handed the calling session's state, declared as one object: a
@@ -96,30 +104,9 @@ export abstract class SessionStateServer<
    */
   protected stateTool<Schema extends z.ZodType | null = null, Reply = unknown>(
     route: StateTool<State, Schema, Reply>,
-  ): DataRoute;
-  /** The short form: `request` is the body schema (null: no body); no reply schema. */
-  protected stateTool<Schema extends z.ZodType | null>(
-    path: string,
-    summary: string,
-    request: Schema,
-    handler: (
-      input: StateToolInput<State, Schema extends z.ZodType ? z.infer<Schema> : undefined>,
-    ) => unknown,
-  ): DataRoute;
-  protected stateTool(
-    ...args:
-      | [StateTool<State, z.ZodType | null, unknown>]
-      | [string, string, z.ZodType | null, (input: StateToolInput<State, unknown>) => unknown]
   ): DataRoute {
-    const { handler, ...doc }: StateTool<State, z.ZodType | null, unknown> =
-      args.length === 1
-        ? args[0]
-        : {
-            path: args[0],
-            summary: args[1],
-            ...(args[2] === null ? {} : { request: args[2] }),
-            handler: args[3],
-          };
+    // The handler's types were checked against the schemas where the tool was declared.
+    const { handler, ...doc } = route as StateTool<State, z.ZodType | null, unknown>;
     return dataRoute({
       ...doc,
       method: "post",
@@ -139,19 +126,13 @@ export abstract class SessionStateServer<
     });
   }
 
-  /** The `/seed_session` body schema, when the seed has one. @default any JSON value */
-  protected readonly seedSchema: z.ZodType | null = null;
-
-  protected override seedRequestSchema(): z.ZodType {
-    return this.seedSchema ?? super.seedRequestSchema();
-  }
-
   protected override sessionStateSchema(): z.ZodType<State> {
     return this.stateSchema;
   }
 
-  protected override seedSession(input: SessionRouteInput): unknown {
-    const named = nativeSessionId(input.body);
+  protected override seedSession(input: SeedInput<this>): unknown {
+    // The native session ID as sent, whatever the seed schema parsed the body into.
+    const named = nativeSessionId(input.req.body);
     if (named !== null) input.session.replaceId(named);
     const state = this.initialState(input);
     if (!this.states.has(input.session.id)) this.states.set(input.session.id, state);
