@@ -22,6 +22,7 @@ const LAYERS = [
   "collect",
   "deployment",
   "server",
+  "workers",
   "testing",
   "cli",
 ];

@@ -3,55 +3,10 @@
  * its parent) counts as gone: some container inits never reap orphans, and `kill(pid, 0)` still
  * succeeds on a zombie.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
+import { HAS_PROC, isProcessAlive, procStat, signalZero } from "../util/process-liveness.js";
 
-interface ProcStat {
-  readonly state: string;
-  readonly pgid: number;
-}
-
-/** `/proc/<pid>/stat`'s state and process group, or null when unavailable. */
-function procStat(pid: number): ProcStat | null {
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return null;
-  }
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
-  return { state: fields[0] ?? "", pgid: Number(fields[2]) };
-}
-
-function procAvailable(): boolean {
-  try {
-    readFileSync("/proc/self/stat");
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-const HAS_PROC = procAvailable();
-
-function signalZero(target: number): boolean {
-  try {
-    process.kill(target, 0);
-    return true;
-  } catch (error) {
-    // EPERM: it exists but belongs to someone else.
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-/** Whether a process exists and has not exited (a zombie has exited). */
-export function isProcessAlive(pid: number): boolean {
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
-  if (!signalZero(pid)) return false;
-  if (!HAS_PROC) return true;
-  const stat = procStat(pid);
-  return stat !== null && stat.state !== "Z" && stat.state !== "X";
-}
+export { isProcessAlive };
 
 /** Whether any process of a process group is still running. */
 export function isGroupAlive(pgid: number): boolean {

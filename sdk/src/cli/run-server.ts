@@ -12,65 +12,34 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { Logger } from "pino";
 import { parse as parseYaml } from "yaml";
-import {
-  resolveCheckpointSettings,
-  type ListeningAddress,
-  type ServerOptions,
-} from "../server/server.js";
+import { resolveCheckpointSettings, type ServerOptions } from "../server/server.js";
 import { ResolvedDeploymentSchema, type ResolvedDeployment } from "../wire/deployment.js";
 import { describeError } from "./output.js";
 import { processLogger } from "./process-logger.js";
 import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
-import { checkpointStateOf, drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
+import { drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
+import {
+  ServerModuleError,
+  buildServer,
+  startServer,
+  type RunningServer,
+  type ServerClass,
+  type ServerFactory,
+  type ServerModuleExport,
+  type StartableServer,
+} from "../server/serve.js";
+import { serveEntry } from "../workers/serve-entry.js";
 
-/** What a server module's default export must build: something that listens and closes. */
-export interface StartableServer {
-  listen(options: { port?: number; host?: string }): Promise<ListeningAddress>;
-  close(): Promise<void>;
-}
-
-/** A server class: `new Cls(options)`. */
-export type ServerClass = new (options: ServerOptions) => StartableServer;
-/** A factory: `factory(options)`, possibly async. */
-export type ServerFactory = (options: ServerOptions) => StartableServer | Promise<StartableServer>;
-/** The default export of a server module. */
-export type ServerModuleExport = ServerClass | ServerFactory;
-
-/** A server that is listening, and how to stop it. */
-export interface RunningServer {
-  readonly server: StartableServer;
-  readonly address: ListeningAddress;
-  /** Closes the server gracefully (idempotent). */
-  stop(): Promise<void>;
-  /**
-   * The checkpoint phase (`idle`, `prepared`, `committed`, ...) and checkpoint of the
-   * participant this process serves, or null when it takes no part in checkpoints. Read by the
-   * term grace.
-   */
-  readonly checkpointState?: () => {
-    readonly phase: string;
-    readonly checkpointId: string | null;
-  } | null;
-}
-
-/** A server module cannot be used; the message says what to change. */
-export class ServerModuleError extends Error {
-  override readonly name = "ServerModuleError";
-}
-
-function isServerClass(value: ServerModuleExport): value is ServerClass {
-  const prototype = (value as { prototype?: { listen?: unknown } }).prototype;
-  return typeof prototype?.listen === "function";
-}
-
-function isStartable(value: unknown): value is StartableServer {
-  return (
-    value !== null &&
-    typeof value === "object" &&
-    typeof (value as StartableServer).listen === "function" &&
-    typeof (value as StartableServer).close === "function"
-  );
-}
+export {
+  ServerModuleError,
+  buildServer,
+  startServer,
+  type RunningServer,
+  type ServerClass,
+  type ServerFactory,
+  type ServerModuleExport,
+  type StartableServer,
+};
 
 /** Imports a server module and returns its default export, checked. */
 export async function importServerModule(entrypoint: string): Promise<ServerModuleExport> {
@@ -84,42 +53,6 @@ export async function importServerModule(entrypoint: string): Promise<ServerModu
     );
   }
   return exported as ServerModuleExport;
-}
-
-/** Builds the server from a module's default export. */
-export async function buildServer(
-  exported: ServerModuleExport,
-  options: ServerOptions,
-): Promise<StartableServer> {
-  const server = isServerClass(exported)
-    ? new exported(options)
-    : await (exported as ServerFactory)(options);
-  if (!isStartable(server)) {
-    throw new ServerModuleError(
-      "the server factory did not return a server (an object with listen() and close()): return a Server instance",
-    );
-  }
-  return server;
-}
-
-/** Starts a server and returns it listening. */
-export async function startServer(
-  exported: ServerModuleExport,
-  options: ServerOptions,
-  listen: { port: number; host: string },
-): Promise<RunningServer> {
-  const server = await buildServer(exported, options);
-  const address = await server.listen(listen);
-  let stopping: Promise<void> | null = null;
-  const participantServer = server as {
-    controlPlane?: { phase: string; checkpointId: string | null } | null;
-  };
-  return {
-    server,
-    address,
-    stop: () => (stopping ??= server.close()),
-    checkpointState: () => checkpointStateOf(participantServer.controlPlane ?? null),
-  };
 }
 
 /**
@@ -232,18 +165,14 @@ export async function startFromDeployment(
     logger,
     ...(args.sessionSecret === undefined ? {} : { sessionSecret: args.sessionSecret }),
   };
-  const listen = { port: entry.port, host: entry.host };
-  if (entry.num_workers > 1) {
-    const { startWorkerCluster } = await import("./worker-cluster.js");
-    return await startWorkerCluster({
-      exported,
-      options,
-      listen,
-      workers: entry.num_workers,
-      logger,
-    });
-  }
-  return await startServer(exported, options, listen);
+  return await serveEntry({
+    exported,
+    options,
+    listen: { port: entry.port, host: entry.host },
+    workers: entry.num_workers,
+    logger,
+    termGraceMs: termGraceOf(process.env),
+  });
 }
 
 /**

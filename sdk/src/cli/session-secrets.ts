@@ -6,6 +6,7 @@
  * @see docs/deployment.md
  */
 import type { LoadedDeployment } from "../deployment/load.js";
+import { takeEnv } from "../util/take-env.js";
 
 /** The variable a server process reads its session secret from (`gym serve`, `serveMain`). */
 export const SESSION_SECRET_ENV = "GYM_SESSION_SECRET";
@@ -28,15 +29,7 @@ export function sessionSecretsOf(
   return secrets;
 }
 
-/**
- * Reads a variable and removes it from `env`, so what this process starts next (and any code
- * that dumps its environment) does not see it.
- */
-export function takeEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
-  const value = env[name];
-  delete env[name];
-  return value === "" ? undefined : value;
-}
+export { takeEnv };
 
 /** The environment of the detached supervisor: `base` plus every server's secret. */
 export function supervisorEnv(base: NodeJS.ProcessEnv, secrets: SessionSecrets): NodeJS.ProcessEnv {

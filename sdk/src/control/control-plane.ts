@@ -84,6 +84,36 @@ export interface ControlPlaneOptions {
   readonly leaseGraceSeconds?: number;
   /** Where transitions, refusals and lease expiries are logged. @default a silent logger */
   readonly logger?: Logger;
+  /**
+   * Set when the participant spans several processes (a multi-worker server's coordinator,
+   * built by the workers adapter): what the control plane then also asks of it.
+   * @default none (one process)
+   */
+  readonly spanning?: SpanningParticipant | null;
+}
+
+/** What a participant spanning several processes adds to the {@link Participant} hooks. */
+export interface SpanningParticipant {
+  /**
+   * Resolves once a close or reopen in progress has reached every process; `status` waits for
+   * it (one process changes admission synchronously).
+   */
+  settled(): Promise<void>;
+  /**
+   * Throws (a typed error) to refuse a prepare, commit or restore when a process is missing,
+   * e.g. a worker that died: checkpointing the rest would lose its state.
+   */
+  checkMembership(operation: "prepare" | "commit" | "restore"): void;
+  /**
+   * Installs a restore's in-scope records as read (decoded, each with its stored line, not
+   * validated), so each process validates its own share. Replaces the control plane's own
+   * validation and `install`.
+   */
+  installStored(
+    records: readonly StoredRecord[],
+    scope: readonly EpisodeId[],
+    signal: AbortSignal,
+  ): Promise<void>;
 }
 
 interface StoredResult {
@@ -171,6 +201,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   readonly instance: string;
   readonly leaseGraceSeconds: number;
   readonly #log: Logger;
+  readonly #spanning: SpanningParticipant | null;
   readonly #lock = new Mutex();
 
   #phase: Phase = "idle";
@@ -189,6 +220,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.participant = participant;
     this.instance = options.instance;
     this.leaseGraceSeconds = options.leaseGraceSeconds ?? 600;
+    this.#spanning = options.spanning ?? null;
     if (!(this.leaseGraceSeconds > 0)) {
       throw new RangeError(`leaseGraceSeconds must be > 0, got ${this.leaseGraceSeconds}`);
     }
@@ -269,7 +301,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   async #run(operation: Operation, body: unknown): Promise<unknown> {
     switch (operation) {
       case "status":
-        await this.participant.settled();
+        await this.#spanning?.settled();
         return this.status();
       case "prepare":
         return await this.prepare(parseBody(PrepareRequestSchema, body, operation));
@@ -316,7 +348,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (again !== undefined) return again as PrepareReply;
       this.#fence(id, ["idle", "preparing"], "prepare");
       if (this.#phase === "idle") {
-        this.participant.checkMembership("prepare");
+        this.#spanning?.checkMembership("prepare");
         this.#checkpointId = id;
         this.#phase = "preparing";
         this.#renewLease(request.deadline_ts);
@@ -495,7 +527,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const again = this.#stored(id, "restore", args);
       if (again !== undefined) return again as RestoreReply;
       this.#fence(id, ["idle"], "restore");
-      this.participant.checkMembership("restore");
+      this.#spanning?.checkMembership("restore");
       this.#refuseRetiredReplacements(request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
       try {
@@ -514,7 +546,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         scope: captureKeySet(request.episode_ids),
       };
       // A coordinator reads the lines as stored: its workers validate them.
-      const installStored = this.participant.installStored?.bind(this.participant) ?? null;
+      const spanning = this.#spanning;
+      const installStored = spanning === null ? null : spanning.installStored.bind(spanning);
       const reading: Promise<ReadResult<R | StoredRecord>> =
         installStored === null
           ? readCheckpoint({
@@ -759,7 +792,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     for (;;) {
       if (this.#checkpointId !== id || this.#phase !== "preparing") return;
       const change = this.participant.nextChange();
-      this.participant.checkMembership("prepare");
+      this.#spanning?.checkMembership("prepare");
       if (this.participant.ready()) return;
       const remaining = msUntil(deadlineTs);
       if (remaining <= 0) return;
@@ -818,7 +851,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       cleanupTask: null,
       cleanupRunning: false,
     };
-    this.participant.checkMembership("commit");
+    this.#spanning?.checkMembership("commit");
     if (!this.participant.ready()) {
       // A cut taken now would not be the prepared one: refuse it for good.
       newWrite.failed = "the participant is no longer ready (readiness regressed after prepare)";

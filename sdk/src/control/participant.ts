@@ -7,8 +7,7 @@ import type {
   RestoreRequest,
 } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
-import { validateStored, type StoredRecord } from "../store/records-reader.js";
-import type { WorkerPool } from "../workers/worker-pool.js";
+import { validateStored } from "../store/records-reader.js";
 import { deferred } from "../util/deferred.js";
 import { RetiredAttempts } from "./retired-attempts.js";
 
@@ -43,18 +42,11 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
 
   #changed = deferred<void>();
   /**
-   * Called on every {@link notify}, and on changes of readiness or counts a participant does not
-   * notify because no prepare can be waiting (admission open): a worker forwards them to its
-   * coordinator, whose status shows them.
+   * An observer of every change: called on every {@link notify}, and on changes of readiness or
+   * counts a participant does not notify because no prepare can be waiting (admission open). Set
+   * from outside (a worker's link forwards them to its coordinator, whose status shows them).
    */
   onChange: (() => void) | null = null;
-
-  /**
-   * Set in each worker of a multi-worker server: before the replacement attempt `key` begins,
-   * fetches the restored record it continues from the coordinator (a no-op when there is none
-   * to claim). The data plane awaits it before its synchronous admission.
-   */
-  claimRestored: ((key: string) => Promise<void>) | null = null;
 
   /** Stops admitting new work and asks running work to park. */
   abstract closeAdmission(request: CloseAdmissionRequest): void | Promise<void>;
@@ -76,24 +68,6 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
     signal: AbortSignal,
   ): Promise<void>;
 
-  /**
-   * Set by the coordinator of a multi-worker server: installs a restore's in-scope records as
-   * read (decoded, each with its stored line, not validated), so the workers validate their own
-   * shares in parallel. When absent the control plane validates every record with
-   * {@link recordSchema} and calls {@link install}.
-   */
-  installStored?(
-    records: readonly StoredRecord[],
-    scope: readonly EpisodeId[],
-    signal: AbortSignal,
-  ): Promise<void>;
-
-  /**
-   * Resolves once a close or reopen in progress has reached the whole participant; `status`
-   * waits for it. Immediate for one process, whose admission changes synchronously.
-   */
-  settled(): void | Promise<void> {}
-
   /** Cheap readiness check used while a prepare waits. */
   ready(): boolean {
     return this.readiness().ready;
@@ -113,12 +87,6 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
    */
   checkCommit(_scope: readonly EpisodeId[] | null): void {}
 
-  /**
-   * Throws (a typed error) to refuse a prepare, commit or restore when part of the participant
-   * is missing, e.g. a worker process that died: checkpointing the rest would lose its state.
-   */
-  checkMembership(_operation: "prepare" | "commit" | "restore"): void {}
-
   /** Throws to refuse a forget that would make retired state live again. */
   checkForget(_rolloutIds: readonly string[]): void | Promise<void> {}
 
@@ -130,34 +98,6 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
   /** Restored episodes whose replacement has not started here, as the continuing attempts. */
   restoredPending(): EpisodeId[] | Promise<EpisodeId[]> {
     return [];
-  }
-
-  /**
-   * The capture key of the replacement attempt that claims `record`, for state that belongs to
-   * one request (an environment episode, a legacy agent `/run`): with several workers, the
-   * coordinator holds it until the worker receiving that request claims it. Null (the default):
-   * the record belongs to a session its cookies route to.
-   */
-  claimKey(_record: R): string | null {
-    return null;
-  }
-
-  /**
-   * What a checkpoint of this participant holds at most once, read from a record or from a
-   * stored record's decoded value (not validated yet): its name in a refusal and its key (e.g.
-   * `{ what: "resources session", key: session_id }`), or null when the record names none or
-   * cannot be read (its validation refuses it then). The coordinator of a multi-worker server
-   * refuses a checkpoint holding one twice before it hands any worker its share, as each worker
-   * sees only its own. Null (the default): several records of one episode may be installed,
-   * and request-scoped records ({@link claimKey}) are held once per replacement anyway.
-   */
-  recordIdentity(_record: R): { readonly what: string; readonly key: string } | null {
-    return null;
-  }
-
-  /** Installs one claimed restored record into this (serving) participant. */
-  async adoptRestored(_record: R, _signal: AbortSignal): Promise<void> {
-    throw new Error(`a ${this.kind} participant holds no request-scoped records to adopt`);
   }
 
   /** Frees restored state of a replacement that never started, leaving no refusal mark. */
@@ -191,26 +131,6 @@ export abstract class Participant<R extends RecordBase = RecordBase> {
    */
   recordFromStored(value: Record<string, unknown>, episode: EpisodeId): R {
     return validateStored(value, episode, this.recordSchema);
-  }
-
-  /**
-   * Multi-worker, in a worker: answers a message of this participant's own from the server's
-   * coordinator (one the worker's link does not handle itself).
-   */
-  workerMessage(kind: string, _body: Record<string, unknown>, _signal: AbortSignal): unknown {
-    throw new Error(`unknown message '${kind}' from the coordinator`);
-  }
-
-  /**
-   * Multi-worker, in the coordinator: the participant that answers for every worker, built
-   * from this never-serving one. Null (the default): the generic coordinated participant,
-   * which gathers each worker's own export and installs each worker's share.
-   */
-  coordinatorFor(
-    _pool: WorkerPool,
-    _control: (operation: string, body: unknown) => Promise<unknown>,
-  ): Participant | null {
-    return null;
   }
 
   /** Frees out-of-process compute held by exported state after a durable `stop` commit. */

@@ -505,7 +505,7 @@ export abstract class AgentServer<
       return await this.legacyRun({ body, episode, steps, cookies, signal, req });
     }
     // With several workers, a restored run waits at the coordinator for its replacement.
-    await participant.claimRestored?.(captureKey(episode));
+    await this.workerLink?.claimRestored(captureKey(episode));
     const handle = participant.beginLegacyRun(episode, { signal });
     const key = handle.sessionKey;
     let entry = this.#sessions.get(key);

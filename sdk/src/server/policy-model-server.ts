@@ -201,8 +201,8 @@ export class PolicyModelServer<
       return null;
     }
     // A worker of several: its coordinator owns what the workers share (see docs/workers.md).
-    const coordinator = this.workerLink?.request ?? null;
-    if (config.checkpoint_generation_cuts && coordinator === null) {
+    const worker = this.workerLink?.policyWorker(this.logger) ?? null;
+    if (config.checkpoint_generation_cuts && worker === null) {
       this.#cuts = new CutRequester({
         serverName: this.name,
         token: this.checkpointSettings.control_auth_token ?? "",
@@ -218,8 +218,7 @@ export class PolicyModelServer<
       onCheckpoint: (id) => {
         this.#checkpointId = id;
       },
-      coordinator,
-      logger: this.logger,
+      worker,
     });
     this.#ledger = ledgerAt(participant.ledgerHook);
     participant.attachLedger(this.#ledger);

@@ -28,7 +28,7 @@ import { serverTlsOptions, type ServerTlsOptions } from "../client/tls.js";
 import { isLoopbackHost } from "../util/loopback.js";
 import { ControlPlane } from "../control/control-plane.js";
 import type { Participant } from "../control/participant.js";
-import type { WorkerLink } from "../workers/worker-link.js";
+import type { ServerWorker } from "./server-worker.js";
 import { ConfigError } from "../errors.js";
 import { buildOpenApiDocument } from "../openapi/build-document.js";
 import { mountOpenApiRoutes } from "./openapi-routes.js";
@@ -98,7 +98,7 @@ export interface ServerOptions {
    * to the server's coordinator, which answers the control routes and routes sessions.
    * @default none (one process)
    */
-  readonly worker?: WorkerLink | null;
+  readonly worker?: ServerWorker | null;
   /**
    * The secret the server's session cookies are signed with (each cookie gets its own key
    * derived from it). `gym serve` passes the deployment file's `servers.<name>.session_secret`.
@@ -147,7 +147,7 @@ export function resolveTelemetrySettings(
 }
 
 /** Answers a scrape on a worker with the merged exposition its coordinator gathers. */
-function workerMetrics(link: WorkerLink): RequestHandler {
+function workerMetrics(link: ServerWorker): RequestHandler {
   return (_req, res, next) => {
     link.serverMetrics().then((text) => {
       res.setHeader("content-type", PROMETHEUS_CONTENT_TYPE);
@@ -209,7 +209,7 @@ export class Server<Config = unknown> {
   #unwatch: () => void = () => undefined;
   /** Whether the control routes are served (here, or through the worker's coordinator). */
   #controlRoutes = false;
-  readonly #worker: WorkerLink | null;
+  readonly #worker: ServerWorker | null;
   readonly #sessionSecret: SessionSecret;
   /** The deployment's certificate and key (read once), or null: plain HTTP. */
   readonly #tls: ServerTlsOptions | null;
@@ -382,7 +382,7 @@ export class Server<Config = unknown> {
   }
 
   /** This worker's link to its coordinator, or null when the server runs as one process. */
-  protected get workerLink(): WorkerLink | null {
+  protected get workerLink(): ServerWorker | null {
     return this.#worker;
   }
 

@@ -21,6 +21,8 @@ import type { Manifest, RecordBase } from "../wire/storage.js";
 import type { StoredRecord } from "../store/records-reader.js";
 import { refuseDuplicateRecords } from "../control/duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../control/participant.js";
+import type { SpanningParticipant } from "../control/control-plane.js";
+import { claimKeyOf, identityOf, type WorkerParticipant } from "./kind-hooks.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
 import { FrameBytes } from "./frame-channel.js";
@@ -55,10 +57,10 @@ interface Latest {
  * across every worker of its {@link WorkerPool}. Once a worker process is lost, prepare, commit
  * and restore are refused with `worker_lost` naming it (its state is gone with it).
  */
-export class CoordinatedParticipant extends Participant {
+export class CoordinatedParticipant extends Participant implements SpanningParticipant {
   readonly kind: ParticipantKind;
   readonly recordSchema: z.ZodType<RecordBase>;
-  readonly #prototype: Participant;
+  readonly #prototype: WorkerParticipant;
   readonly #pool: WorkerPool;
   readonly #latest = new Map<string, Latest>();
   #accepting = true;
@@ -83,7 +85,7 @@ export class CoordinatedParticipant extends Participant {
    */
   constructor(
     pool: WorkerPool,
-    prototype: Participant,
+    prototype: WorkerParticipant,
     control: (operation: string, body: unknown) => Promise<unknown>,
   ) {
     super();
@@ -197,7 +199,7 @@ export class CoordinatedParticipant extends Participant {
     this.notify();
   }
 
-  override async settled(): Promise<void> {
+  async settled(): Promise<void> {
     // A round may start while an earlier one is awaited: wait until none is left running.
     let round: Promise<void>;
     do {
@@ -206,7 +208,7 @@ export class CoordinatedParticipant extends Participant {
     } while (round !== this.#round);
   }
 
-  override checkMembership(operation: "prepare" | "commit" | "restore"): void {
+  checkMembership(operation: "prepare" | "commit" | "restore"): void {
     const lost = this.#pool.lost;
     if (lost.length > 0) {
       const named = lost
@@ -369,7 +371,7 @@ export class CoordinatedParticipant extends Participant {
    * stored and validates them itself (in parallel); only the request-scoped records the
    * coordinator holds are validated here.
    */
-  override async installStored(
+  async installStored(
     records: readonly StoredRecord[],
     scope: readonly EpisodeId[],
     signal: AbortSignal,
@@ -396,7 +398,7 @@ export class CoordinatedParticipant extends Participant {
    * Keeps the request-scoped records (a claim key) for the workers that will claim them,
    * validated by `validate`; returns the others. Each entry: what `claimKey` reads, and the
    * record as given. A checkpoint holding one replacement's record twice, or one thing the
-   * participant holds once ({@link Participant.recordIdentity}) twice, is refused here, before
+   * participant holds once (its `recordIdentity`) twice, is refused here, before
    * anything is held or sent: each worker sees only its own share.
    */
   #holdClaimable<T extends RecordBase>(
@@ -404,21 +406,16 @@ export class CoordinatedParticipant extends Participant {
     validate: (item: T) => RecordBase = (item) => item,
   ): T[] {
     const prototype = this.#prototype;
-    // The prototype may come from another copy of this package, one without the hook.
-    const identityOf =
-      typeof prototype.recordIdentity === "function"
-        ? (view: RecordBase) => prototype.recordIdentity(view)
-        : () => null;
     const claimable: { key: string; item: T }[] = [];
     const identified: { what: string; key: string; item: T }[] = [];
     const placed: T[] = [];
     for (const [view, item] of entries) {
-      const key = prototype.claimKey(view);
+      const key = claimKeyOf(prototype, view);
       if (key !== null) {
         claimable.push({ key, item });
         continue;
       }
-      const identity = identityOf(view);
+      const identity = identityOf(prototype, view);
       if (identity !== null) identified.push({ ...identity, item });
       placed.push(item);
     }

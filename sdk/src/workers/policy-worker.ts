@@ -15,6 +15,13 @@ import type { JsonValue } from "../json/json-value.js";
 import type { GenerationCutPrefixAck } from "../capture/generation-cut.js";
 import type { CutService } from "../participants/model/cut-service.js";
 import type { CutClaim, CutRecord } from "../participants/model/restored-cuts.js";
+import type { Participant } from "../control/participant.js";
+import type {
+  PolicyLedgerHook,
+  PolicyParticipant,
+  PolicyWorkerSide,
+  WorkerCutClaimsView,
+} from "../participants/model/policy-participant.js";
 
 /** Sends a message to the server's coordinator and waits for its answer. */
 export type CoordinatorRequest = (kind: string, body: JsonValue) => Promise<JsonValue>;
@@ -26,7 +33,7 @@ export interface CutClaimReply {
 }
 
 /** One worker's view of the restored cuts its coordinator holds. */
-export class WorkerCutClaims {
+export class WorkerCutClaims implements WorkerCutClaimsView {
   readonly #request: CoordinatorRequest;
   readonly #log: Pick<Logger, "warn"> | null;
   /** Keys with a cut at the coordinator, as of the last restore (a claim removes its own). */
@@ -155,4 +162,54 @@ export class UnsettledLedgerKeys {
     await this.#request("policy_settle", { keys: owed });
     for (const key of owed) this.#keys.delete(key);
   };
+}
+
+/** Whether `participant` is a policy model's (matched by kind: it may come from another copy of the package). */
+export function isPolicyParticipant(participant: Participant): participant is PolicyParticipant {
+  return participant.kind === "model";
+}
+
+/**
+ * A worker's side of a multi-worker model server ({@link PolicyWorkerSide}): what its policy
+ * participant asks of the coordinator, and its answers to the coordinator's policy messages.
+ */
+export class PolicyWorker implements PolicyWorkerSide {
+  readonly cuts: CutService;
+  readonly claims: WorkerCutClaims;
+  readonly #owed: UnsettledLedgerKeys;
+  readonly ledgerHook: PolicyLedgerHook;
+
+  constructor(request: CoordinatorRequest, logger: Pick<Logger, "warn"> | null = null) {
+    this.cuts = coordinatorCutService(request);
+    this.claims = new WorkerCutClaims(request, logger);
+    this.#owed = new UnsettledLedgerKeys(request);
+    this.ledgerHook = { beforeUse: this.#owed.beforeUse };
+  }
+
+  /**
+   * Answers a policy message of the coordinator to this worker's participant; undefined when
+   * `kind` is none of them.
+   */
+  answer(
+    participant: PolicyParticipant,
+    kind: string,
+    body: Record<string, unknown>,
+  ): { readonly reply: unknown } | undefined {
+    switch (kind) {
+      case "policy_snapshot":
+        return { reply: participant.snapshot() };
+      case "policy_check_fresh":
+        participant.refuseServed();
+        return { reply: null };
+      case "policy_restored": {
+        const targets = body.targets as string[];
+        this.#owed.adopt([...targets, ...((body.owed_keys as string[] | undefined) ?? [])]);
+        this.claims.adopt(body.cut_keys as string[]);
+        participant.adoptRestoredTargets(targets);
+        return { reply: null };
+      }
+      default:
+        return undefined;
+    }
+  }
 }

@@ -14,18 +14,16 @@ import { scopeFromCaptureKeys } from "../identity/scope-keys.js";
 import type { JsonValue } from "../json/json-value.js";
 import type { Operation } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
-import type { CloseAdmissionRequest, Participant } from "../control/participant.js";
+import type { CloseAdmissionRequest } from "../control/participant.js";
 import { encodeExport } from "./encoded-export.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
 import { decodeStoredLine } from "../store/records-reader.js";
 import { linesOf } from "../util/buffer-parts.js";
 import type { JoinState, LostWorker } from "./worker-messages.js";
-
-/** Where a request for a session goes. */
-export type OwnerRoute =
-  | { readonly to: "local" }
-  | { readonly to: "worker"; readonly routingId: string }
-  | { readonly to: "gone"; readonly owner: string };
+import type { OwnerRoute } from "../server/routing/session-router.js";
+import type { ServerWorker } from "../server/server-worker.js";
+import { adoptRestored, type WorkerParticipant } from "./kind-hooks.js";
+import { PolicyWorker, isPolicyParticipant } from "./policy-worker.js";
 
 /** How a worker reaches its coordinator. */
 export interface WorkerLinkOptions {
@@ -58,7 +56,7 @@ function storedLinesOf(block: FrameBytes): Buffer[] {
  * One worker's link to its coordinator. Build it, build the server with it, then
  * {@link register} with the server's participant (null with checkpointing off).
  */
-export class WorkerLink {
+export class WorkerLink implements ServerWorker {
   /** The owner this worker's sessions name: 32 random hex characters, new per process. */
   readonly routingId = randomBytes(16).toString("hex");
   readonly index: number;
@@ -67,7 +65,9 @@ export class WorkerLink {
   readonly #sessionSecret: string | null;
   readonly #log: Logger;
   readonly #channel: FrameChannel;
-  #participant: Participant | null = null;
+  #participant: WorkerParticipant | null = null;
+  /** A model server's worker side, once its participant asked for one. */
+  #policy: PolicyWorker | null = null;
   #generation = 0;
   #closed = false;
   #reportTimer: NodeJS.Timeout | null = null;
@@ -127,7 +127,7 @@ export class WorkerLink {
   }
 
   /** Registers with the coordinator and adopts its state (closed admission, marks, aliases). */
-  async register(participant: Participant | null): Promise<void> {
+  async register(participant: WorkerParticipant | null): Promise<void> {
     this.#participant = participant;
     const join = (await this.#channel.call("register", {
       index: this.index,
@@ -138,7 +138,6 @@ export class WorkerLink {
     this.#aliases = new Map(join.aliases);
     this.#claimable = new Set(join.claims);
     if (participant !== null) {
-      participant.claimRestored = (key) => this.#claim(participant, key);
       participant.retired.update(join.marks);
       participant.onChange = () => this.#scheduleReport();
       this.#generation = join.generation;
@@ -149,6 +148,25 @@ export class WorkerLink {
       this.#report();
     }
     this.#joined = true;
+  }
+
+  /**
+   * Before the replacement attempt `key` begins here: fetches the restored record it continues
+   * from the coordinator and adopts it (a no-op when there is none to claim). The data plane
+   * awaits it before its synchronous admission.
+   */
+  async claimRestored(key: string): Promise<void> {
+    const participant = this.#participant;
+    if (participant !== null) await this.#claim(participant, key);
+  }
+
+  /**
+   * The worker side of a model server's participant: the coordinator's cut round, restored
+   * cuts and ledger keys, and the answers to its policy messages. One per link.
+   */
+  policyWorker(logger: Pick<Logger, "warn"> | null = null): PolicyWorker {
+    this.#policy ??= new PolicyWorker(this.request, logger);
+    return this.#policy;
   }
 
   /** Tells the coordinator this worker accepts connections now. */
@@ -325,7 +343,7 @@ export class WorkerLink {
     return { signal: controller.signal, done: () => this.#calls.delete(call) };
   }
 
-  #need(): Participant {
+  #need(): WorkerParticipant {
     if (this.#participant === null) throw new Error("this worker takes no part in checkpoints");
     return this.#participant;
   }
@@ -419,20 +437,29 @@ export class WorkerLink {
           ),
         );
       default:
-        return this.#withSignal(body, async (signal) =>
-          this.#need().workerMessage(kind, body, signal),
-        );
+        return this.#withSignal(body, async () => {
+          const participant = this.#need();
+          const policy = this.#policy;
+          const answer =
+            policy !== null && isPolicyParticipant(participant)
+              ? policy.answer(participant, kind, body)
+              : undefined;
+          if (answer === undefined)
+            throw new Error(`unknown message '${kind}' from the coordinator`);
+          return answer.reply;
+        });
     }
   }
 
   /** Fetches the restored record of replacement `key` from the coordinator and adopts it. */
-  async #claim(participant: Participant, key: string): Promise<void> {
+  async #claim(participant: WorkerParticipant, key: string): Promise<void> {
     if (!this.#claimable.has(key)) return;
     const claiming = (async () => {
       const record = await this.#channel.call("claim", { key });
       this.#claimable.delete(key);
       if (record !== null) {
-        await participant.adoptRestored(
+        await adoptRestored(
+          participant,
           record as unknown as RecordBase,
           new AbortController().signal,
         );

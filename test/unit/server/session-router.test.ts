@@ -16,8 +16,7 @@ import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import type { OwnerRoute } from "#sdk/workers/worker-link.js";
-import { SessionRouter } from "#sdk/server/routing/session-router.js";
+import { SessionRouter, type OwnerRoute } from "#sdk/server/routing/session-router.js";
 import { SocketMux } from "#sdk/server/routing/socket-mux.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];

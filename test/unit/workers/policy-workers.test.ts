@@ -14,9 +14,9 @@ import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
 import { conversationDigest } from "#sdk/capture/fingerprints.js";
-import { ControlPlane } from "#sdk/control/control-plane.js";
 import { WorkerLink } from "#sdk/workers/worker-link.js";
 import { WorkerPool } from "#sdk/workers/worker-pool.js";
+import { coordinate } from "#sdk/workers/coordinate.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import type { CutService } from "#sdk/participants/model/cut-service.js";
@@ -68,11 +68,10 @@ async function modelServer(count: number, cuts: CutService) {
   const pool = new WorkerPool(count);
   const coordinatorLedger = new CaptureLedger(ledgerDir);
   const prototype = new PolicyParticipant({ ledger: coordinatorLedger, cuts });
-  let plane: ControlPlane | null = null;
-  const coordinated = prototype.coordinatorFor(pool, (operation, body) =>
-    plane!.dispatch(operation as never, body),
-  );
-  plane = new ControlPlane(coordinated, { instance: "policy", leaseGraceSeconds: 100 });
+  const { participant: coordinated, controlPlane: plane } = coordinate(pool, prototype, {
+    instance: "policy",
+    leaseGraceSeconds: 100,
+  });
   const server: Server = createServer((s) => pool.accept(s));
   await new Promise<void>((resolve) => server.listen(socket, resolve));
   const workers: PolicyWorker[] = [];
@@ -82,7 +81,7 @@ async function modelServer(count: number, cuts: CutService) {
     const participant = new PolicyParticipant({
       ledger: null,
       cuts: UNUSED_CUTS,
-      coordinator: link.request,
+      worker: link.policyWorker(),
     });
     // As the policy server makes a worker's ledger: the coordinator owns the fence lists.
     const ledger = new CaptureLedger(ledgerDir, {
@@ -96,7 +95,7 @@ async function modelServer(count: number, cuts: CutService) {
     links.push(link);
   }
   cleanups.push(async () => {
-    plane?.close();
+    plane.close();
     for (const link of links) link.close();
     pool.shutdown();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -9,10 +9,9 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { ControlPlane } from "#sdk/control/control-plane.js";
-import { CoordinatedParticipant } from "#sdk/workers/coordinated-participant.js";
 import { WorkerLink } from "#sdk/workers/worker-link.js";
 import { WorkerPool } from "#sdk/workers/worker-pool.js";
+import { coordinate } from "#sdk/workers/coordinate.js";
 import { GymError } from "#sdk/errors.js";
 import { episodeId, fromCaptureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
 import { captureKeysOf } from "#sdk/identity/scope-keys.js";
@@ -38,11 +37,10 @@ async function server(count: number, prototype: TestParticipant = new TestPartic
   const socketDir = tempDir();
   const socket = path.join(socketDir, "c.sock");
   const pool = new WorkerPool(count);
-  let plane: ControlPlane | null = null;
-  const coordinated = new CoordinatedParticipant(pool, prototype, (op, body) =>
-    plane!.dispatch(op as never, body),
-  );
-  plane = new ControlPlane(coordinated, { instance: "inst", leaseGraceSeconds: 100 });
+  const { controlPlane: plane } = coordinate(pool, prototype, {
+    instance: "inst",
+    leaseGraceSeconds: 100,
+  });
   const listener: Server = createServer((s) => pool.accept(s));
   await new Promise<void>((resolve) => listener.listen(socket, resolve));
   const workers: TestParticipant[] = [];
@@ -57,7 +55,7 @@ async function server(count: number, prototype: TestParticipant = new TestPartic
   }
   cleanups.push(async () => {
     for (const link of links) link.close();
-    plane?.close();
+    plane.close();
     pool.shutdown();
     await new Promise<void>((resolve) => listener.close(() => resolve()));
   });
@@ -110,7 +108,7 @@ describe("restore through a coordinator", () => {
 
 /** A participant holding each `payload.session` once, as a resources server holds sessions. */
 class SessionKeyed extends TestParticipant {
-  override recordIdentity(record: { payload: unknown }): { what: string; key: string } | null {
+  recordIdentity(record: { payload: unknown }): { what: string; key: string } | null {
     const session = (record.payload as { session?: unknown } | null)?.session;
     return typeof session === "string" ? { what: "session", key: session } : null;
   }
@@ -118,7 +116,7 @@ class SessionKeyed extends TestParticipant {
 
 /** A participant whose records wait for the request of their replacement, as an environment's. */
 class RequestScoped extends TestParticipant {
-  override claimKey(record: { episode_id: EpisodeId }): string {
+  claimKey(record: { episode_id: EpisodeId }): string {
     return `${record.episode_id.rollout_id}-a${record.episode_id.attempt + 1}`;
   }
 }

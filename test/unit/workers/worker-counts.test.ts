@@ -14,6 +14,7 @@ import type { Participant } from "#sdk/control/participant.js";
 import { CoordinatedParticipant } from "#sdk/workers/coordinated-participant.js";
 import { WorkerLink } from "#sdk/workers/worker-link.js";
 import { WorkerPool } from "#sdk/workers/worker-pool.js";
+import { coordinate } from "#sdk/workers/coordinate.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import type { JsonValue } from "#sdk/json/json-value.js";
 import type { AgentSessionHooks } from "#sdk/participants/agent/agent-records.js";
@@ -49,11 +50,10 @@ async function server<P extends Participant>(
   const socketDir = tempDir();
   const socket = path.join(socketDir, "c.sock");
   const pool = new WorkerPool(count);
-  let plane: ControlPlane | null = null;
-  const coordinated = new CoordinatedParticipant(pool, make(null), (op, body) =>
-    plane!.dispatch(op as never, body),
-  );
-  plane = new ControlPlane(coordinated, { instance: "inst", leaseGraceSeconds: 100 });
+  const { participant: coordinated, controlPlane: plane } = coordinate(pool, make(null), {
+    instance: "inst",
+    leaseGraceSeconds: 100,
+  });
   const listener: Server = createServer((s) => pool.accept(s));
   await new Promise<void>((resolve) => listener.listen(socket, resolve));
   const workers: P[] = [];
@@ -68,7 +68,7 @@ async function server<P extends Participant>(
   }
   cleanups.push(async () => {
     for (const link of links) link.close();
-    plane?.close();
+    plane.close();
     pool.shutdown();
     await new Promise<void>((resolve) => listener.close(() => resolve()));
   });

@@ -690,18 +690,18 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   }
 
   /** A legacy `/run`'s record is claimed by the replacement `/run`; native ones are routed. */
-  override claimKey(stored: AgentSessionRecord): string | null {
+  claimKey(stored: AgentSessionRecord): string | null {
     if (!isLegacySessionKey(stored.session_key)) return null;
     return captureKey(nextAttempt(parseEpisodeId(stored.episode_id)));
   }
 
   /** A checkpoint holds each session once. */
-  override recordIdentity(record: AgentSessionRecord): { what: string; key: string } | null {
+  recordIdentity(record: AgentSessionRecord): { what: string; key: string } | null {
     const key = (record as { session_key?: unknown }).session_key;
     return typeof key === "string" ? { what: "agent session", key } : null;
   }
 
-  override async adoptRestored(stored: AgentSessionRecord, signal: AbortSignal): Promise<void> {
+  async adoptRestored(stored: AgentSessionRecord, signal: AbortSignal): Promise<void> {
     if (this.has(stored.session_key) || this.#legacyRestored.has(stored.session_key)) {
       throw new CheckpointError(
         "checkpoint_error",

@@ -288,11 +288,11 @@ export class EnvironmentParticipant extends Participant<EnvironmentRecord> {
   }
 
   /** An episode record is claimed by its replacement's `/run`. */
-  override claimKey(stored: EnvironmentRecord): string {
+  claimKey(stored: EnvironmentRecord): string {
     return captureKey(nextAttempt(parseEpisodeId(stored.episode_id)));
   }
 
-  override async adoptRestored(stored: EnvironmentRecord, _signal: AbortSignal): Promise<void> {
+  async adoptRestored(stored: EnvironmentRecord, _signal: AbortSignal): Promise<void> {
     const next = nextAttempt(parseEpisodeId(stored.episode_id));
     this.#restored.set(next, {
       episode: next,

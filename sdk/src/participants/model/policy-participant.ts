@@ -9,7 +9,6 @@
 import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { z } from "zod";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
-import type { Logger } from "pino";
 import { CheckpointError } from "../../errors.js";
 import {
   captureKey,
@@ -27,17 +26,8 @@ import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { isPlainRecord } from "../../util/plain-record.js";
 import { NO_FAST_PATH, recordSchema, withFastParse } from "../../wire/storage.js";
 import { readAsStandardJson } from "../../store/records-reader.js";
-import type { Participant as ParticipantBase } from "../../control/participant.js";
-import type { WorkerPool } from "../../workers/worker-pool.js";
 import { cutTickets, type CutService } from "./cut-service.js";
-import { CoordinatedPolicyParticipant } from "../../workers/coordinated-policy.js";
 import { PolicyGate } from "./policy-gate.js";
-import {
-  UnsettledLedgerKeys,
-  WorkerCutClaims,
-  coordinatorCutService,
-  type CoordinatorRequest,
-} from "../../workers/policy-worker.js";
 import { RestoredCuts, type CutClaim, type CutRecord } from "./restored-cuts.js";
 
 /** The blocker a streaming untagged call is reported as (it has no capture key). */
@@ -86,13 +76,39 @@ export interface PolicyParticipantOptions {
   /** Told the checkpoint ID of each prepare, before its cut round. */
   readonly onCheckpoint?: (checkpointId: string) => void;
   /**
-   * Set in each worker of a multi-worker model server: how it reaches the server's coordinator,
-   * which owns what the workers share (the ledger's restore and retire, the restored cuts, the
-   * cut round). The ledger must then be built with {@link PolicyParticipant.ledgerHook}.
+   * Set in each worker of a multi-worker model server: what it asks of the server's
+   * coordinator, which owns what the workers share (the ledger's restore and retire, the
+   * restored cuts, the cut round). The ledger must then be built with
+   * {@link PolicyParticipant.ledgerHook}.
    */
-  readonly coordinator?: CoordinatorRequest | null;
-  /** Where a worker logs what it could not ask of its coordinator. */
-  readonly logger?: Pick<Logger, "warn"> | null;
+  readonly worker?: PolicyWorkerSide | null;
+}
+
+/**
+ * A worker's side of a multi-worker model server, built by the workers adapter over its link
+ * to the coordinator: this module knows only what it asks for.
+ */
+export interface PolicyWorkerSide {
+  /** The cut round the coordinator runs for every worker (replaces the configured service). */
+  readonly cuts: CutService;
+  /** The restored cuts the coordinator holds, as this worker claims and settles them. */
+  readonly claims: WorkerCutClaimsView;
+  /** Runs before the ledger uses keys a restore left for the coordinator to write. */
+  readonly ledgerHook: PolicyLedgerHook;
+}
+
+/** A worker's view of the restored cuts its coordinator holds. */
+export interface WorkerCutClaimsView {
+  /** Claims the cut of `key` for a call; null when none matches or the coordinator is gone. */
+  take(key: string, requestDigest: string, modelCallId: string): Promise<CutClaim | null>;
+  /** Settles a claim when its call leaves (given back unless its response started). */
+  settle(claim: CutClaim, responseStarted: boolean): void;
+  /** The cuts claimed by calls still running: `[key, record]`. */
+  claimed(): [string, CutRecord][];
+  /** Forgets the key of `episode` and earlier attempts of its rollout (a retire). */
+  dropCovered(episode: EpisodeId): void;
+  /** Forgets `key` (a restored attempt deleted before it started). */
+  drop(key: string): void;
 }
 
 /** What one worker tells its coordinator a commit exports (see {@link PolicyParticipant.snapshot}). */
@@ -124,7 +140,7 @@ export interface PolicyLedgerHook {
  *   targets, and retires the source attempts' ledgers.
  * - **Retire** stops the calls of the attempt and earlier ones, then retires their ledgers.
  * - **Several workers** (`coordinator` set): each worker runs its own gate and joins one cut
- *   round per prepare; the coordinator's participant ({@link coordinatorFor}) exports and
+ *   round per prepare; the coordinator's participant (built by the workers adapter) exports and
  *   imports the shared ledger, retires its files, and holds the restored cuts, which a worker
  *   claims when a call of their key arrives.
  */
@@ -137,23 +153,17 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   readonly cuts: CutService | null;
   #ledger: CaptureLedger | null;
   readonly #onCheckpoint: ((checkpointId: string) => void) | null;
-  /** In a worker: the restored cuts its coordinator holds, and the ledger keys it still owes. */
-  readonly #worker: { readonly cuts: WorkerCutClaims; readonly ledger: UnsettledLedgerKeys } | null;
+  /** In a worker: what it asks of its coordinator (the restored cuts, the ledger keys it owes). */
+  readonly #worker: PolicyWorkerSide | null;
 
   constructor(options: PolicyParticipantOptions) {
     super();
     this.#ledger = options.ledger;
     this.#onCheckpoint = options.onCheckpoint ?? null;
-    const coordinator = options.coordinator ?? null;
-    this.#worker =
-      coordinator === null
-        ? null
-        : {
-            cuts: new WorkerCutClaims(coordinator, options.logger ?? null),
-            ledger: new UnsettledLedgerKeys(coordinator),
-          };
+    const worker = options.worker ?? null;
+    this.#worker = worker;
     const cuts = options.cuts ?? null;
-    this.cuts = cuts === null || coordinator === null ? cuts : coordinatorCutService(coordinator);
+    this.cuts = cuts === null || worker === null ? cuts : worker.cuts;
     const service = this.cuts;
     this.gate = new PolicyGate({
       retired: this.retired,
@@ -173,11 +183,11 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   }
 
   /**
-   * In a worker, the hook its capture ledger is built with (see {@link PolicyParticipantOptions.coordinator});
+   * In a worker, the hook its capture ledger is built with (see {@link PolicyParticipantOptions.worker});
    * null in one process.
    */
   get ledgerHook(): PolicyLedgerHook | null {
-    return this.#worker === null ? null : { beforeUse: this.#worker.ledger.beforeUse };
+    return this.#worker?.ledgerHook ?? null;
   }
 
   /** Attaches the capture ledger after construction (a worker's is built with {@link ledgerHook}). */
@@ -194,21 +204,15 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     requestDigest: string,
     modelCallId: string,
   ): Promise<CutClaim | null> {
-    if (this.#worker !== null) return await this.#worker.cuts.take(key, requestDigest, modelCallId);
+    if (this.#worker !== null)
+      return await this.#worker.claims.take(key, requestDigest, modelCallId);
     return this.restoredCuts.take(key, requestDigest, modelCallId);
   }
 
   /** Settles a claim of {@link claimCut} when its call leaves. */
   settleCut(claim: CutClaim, responseStarted: boolean): void {
-    if (this.#worker !== null) this.#worker.cuts.settle(claim, responseStarted);
+    if (this.#worker !== null) this.#worker.claims.settle(claim, responseStarted);
     else this.restoredCuts.settle(claim, responseStarted);
-  }
-
-  override coordinatorFor(
-    pool: WorkerPool,
-    control: (operation: string, body: unknown) => Promise<unknown>,
-  ): ParticipantBase {
-    return new CoordinatedPolicyParticipant(pool, this, control);
   }
 
   /** In a worker: what a commit exports from it (its undelivered calls and their cuts). */
@@ -216,31 +220,15 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     return {
       undelivered: [...this.gate.undeliveredCallIds()],
       cuts: [...this.#latestCutsAt()].map(([key, { at, record }]) => [key, at, record]),
-      claimed: this.#worker?.cuts.claimed() ?? [],
+      claimed: this.#worker?.claims.claimed() ?? [],
     };
   }
 
-  override workerMessage(kind: string, body: Record<string, unknown>): unknown {
-    const worker = this.#worker;
-    if (worker === null) return super.workerMessage(kind, body, new AbortController().signal);
-    switch (kind) {
-      case "policy_snapshot":
-        return this.snapshot();
-      case "policy_check_fresh":
-        this.#refuseServed();
-        return null;
-      case "policy_restored": {
-        const targets = body.targets as string[];
-        for (const key of [...this.gate.restoredTargets]) this.gate.restoredTargets.delete(key);
-        for (const key of targets) this.gate.restoredTargets.add(key);
-        worker.ledger.adopt([...targets, ...((body.owed_keys as string[] | undefined) ?? [])]);
-        worker.cuts.adopt(body.cut_keys as string[]);
-        this.notify();
-        return null;
-      }
-      default:
-        return super.workerMessage(kind, body, new AbortController().signal);
-    }
+  /** In a worker: adopts the restored targets of a restore its coordinator installed. */
+  adoptRestoredTargets(targets: readonly string[]): void {
+    for (const key of [...this.gate.restoredTargets]) this.gate.restoredTargets.delete(key);
+    for (const key of targets) this.gate.restoredTargets.add(key);
+    this.notify();
   }
 
   /** The capture ledger, or null. */
@@ -288,7 +276,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     const keys =
       this.#worker === null
         ? this.restoredCuts.keys()
-        : this.#worker.cuts.claimed().map(([key]) => key);
+        : this.#worker.claims.claimed().map(([key]) => key);
     return { restored_generation_cuts: keys };
   }
 
@@ -380,7 +368,11 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     };
   }
 
-  #refuseServed(): void {
+  /**
+   * Refuses a restore into a process that served calls.
+   * @throws CheckpointError (`checkpoint_error`) once any call was served
+   */
+  refuseServed(): void {
     if (this.gate.served) {
       throw new CheckpointError(
         "checkpoint_error",
@@ -395,7 +387,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
   ): Promise<void> {
     if (this.#worker !== null)
       throw new Error("a model server worker restores through its coordinator");
-    this.#refuseServed();
+    this.refuseServed();
     const ledger = this.#ledger;
     if (records.length > 0 && ledger === null) {
       throw new CheckpointError(
@@ -468,7 +460,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     if (this.#worker !== null) {
       // The coordinator deletes the ledger; a worker only forgets the attempt.
       this.gate.restoredTargets.delete(key);
-      this.#worker.cuts.drop(key);
+      this.#worker.claims.drop(key);
       return;
     }
     // The ledger first: a delete that fails leaves the attempt pending for the retried commit.
@@ -482,7 +474,7 @@ export class PolicyParticipant extends Participant<ModelRecord> {
     this.restoredCuts.dropCovered(episode);
     this.gate.restoredTargets.deleteCovered(episode);
     // A worker only stops its calls: the coordinator retires the shared ledger once all have.
-    if (this.#worker !== null) this.#worker.cuts.dropCovered(episode);
+    if (this.#worker !== null) this.#worker.claims.dropCovered(episode);
     else await this.#ledger?.retireLedgers([episode]);
   }
 

@@ -604,7 +604,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
   }
 
   /** A checkpoint holds each session once. */
-  override recordIdentity(record: ResourcesRecord): { what: string; key: string } | null {
+  recordIdentity(record: ResourcesRecord): { what: string; key: string } | null {
     const id = (record as { session_id?: unknown }).session_id;
     return typeof id === "string" ? { what: "resources session", key: id } : null;
   }

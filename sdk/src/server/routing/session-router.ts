@@ -15,9 +15,14 @@ import {
   type ServerResponse,
 } from "node:http";
 import { connect } from "node:net";
-import type { OwnerRoute } from "../../workers/worker-link.js";
 import { GymError } from "../../errors.js";
 import { SocketMux } from "./socket-mux.js";
+
+/** Where a request for a session goes. */
+export type OwnerRoute =
+  | { readonly to: "local" }
+  | { readonly to: "worker"; readonly routingId: string }
+  | { readonly to: "gone"; readonly owner: string };
 
 /** What the router needs of the worker's link. */
 export interface OwnerDirectory {

@@ -3,7 +3,7 @@
  * server's coordinator (it serves no data) and forks that many workers, which share the
  * server's port (round-robin: the coordinator accepts each connection and hands it to the next
  * worker). With checkpointing on, the coordinator runs the control plane over a
- * {@link CoordinatedParticipant}, and every worker's control routes forward to it.
+ * coordinated participant (`coordinate.ts`), and every worker's control routes forward to it.
  *
  * @see docs/workers.md
  */
@@ -14,19 +14,16 @@ import { createServer, type Server as NetServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { Logger } from "pino";
-import { ControlPlane } from "../control/control-plane.js";
-import type { Participant } from "../control/participant.js";
-import { CoordinatedParticipant } from "../workers/coordinated-participant.js";
-import { WORKER_ENV } from "../workers/worker-messages.js";
-import { WorkerLink } from "../workers/worker-link.js";
-import { WorkerPool } from "../workers/worker-pool.js";
-import type { Operation } from "../wire/control.js";
-import type { Server, ServerOptions } from "../server/server.js";
-import { resolveCheckpointSettings } from "../server/server.js";
-import { isProcessAlive } from "./processes.js";
-import { takeEnv } from "./session-secrets.js";
-import { buildServer, type RunningServer, type ServerModuleExport } from "./run-server.js";
-import { checkpointStateOf, termGraceOf } from "./term-grace.js";
+import type { ControlPlane } from "../control/control-plane.js";
+import { resolveCheckpointSettings, type Server, type ServerOptions } from "../server/server.js";
+import { buildServer, type RunningServer, type ServerModuleExport } from "../server/serve.js";
+import { isProcessAlive } from "../util/process-liveness.js";
+import { takeEnv } from "../util/take-env.js";
+import { coordinate } from "./coordinate.js";
+import type { WorkerParticipant } from "./kind-hooks.js";
+import { WORKER_ENV } from "./worker-messages.js";
+import { WorkerLink } from "./worker-link.js";
+import { WorkerPool } from "./worker-pool.js";
 
 /** How long stopping waits for the workers before killing them (ms). */
 const WORKER_STOP_GRACE_MS = 15_000;
@@ -38,6 +35,8 @@ export interface WorkerClusterArgs {
   readonly listen: { readonly port: number; readonly host: string };
   readonly workers: number;
   readonly logger: Logger;
+  /** The term grace of `gym serve --term-grace` (ms; 0: none). */
+  readonly termGraceMs: number;
 }
 
 /** Whether this process is a worker forked for a multi-worker server. */
@@ -50,9 +49,13 @@ export async function startWorkerCluster(args: WorkerClusterArgs): Promise<Runni
   return isServerWorker() ? await startWorker(args) : await startCoordinator(args);
 }
 
-function participantOf(server: unknown): Participant | null {
-  const participant = (server as { participant?: unknown }).participant;
-  return participant === undefined ? null : (participant as Participant | null);
+/**
+ * The participant of a built server (null: none). Read structurally: the server may be built by
+ * another copy of this package (the server module's own dependency).
+ */
+function participantOf(server: unknown): WorkerParticipant | null {
+  const participant = (server as { participant?: WorkerParticipant | null }).participant;
+  return participant ?? null;
 }
 
 /** A short directory for the sockets (a Unix socket path is limited to about 100 bytes). */
@@ -100,21 +103,15 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
   // Built, never listening: its participant answers the kind, the record schema and pure hooks.
   const prototype = await buildServer(args.exported, options);
   const pool = new WorkerPool(args.workers, log);
-  let controlPlane: ControlPlane | null = null;
   const participant = settings.enabled ? participantOf(prototype) : null;
-  if (participant !== null) {
-    const control = async (operation: string, body: unknown): Promise<unknown> =>
-      await controlPlane!.dispatch(operation as Operation, body);
-    // A participant whose workers share state (the model's ledger) brings its own coordinator.
-    const coordinated =
-      participant.coordinatorFor(pool, control) ??
-      new CoordinatedParticipant(pool, participant, control);
-    controlPlane = new ControlPlane(coordinated, {
-      instance: options.name,
-      leaseGraceSeconds: settings.lease_grace_seconds,
-      logger: log,
-    });
-  }
+  const controlPlane: ControlPlane | null =
+    participant === null
+      ? null
+      : coordinate(pool, participant, {
+          instance: options.name,
+          leaseGraceSeconds: settings.lease_grace_seconds,
+          logger: log,
+        }).controlPlane;
   // Through the server's own SDK (the one whose telemetry is installed, which may be another
   // copy than this module's): the gauges show the control plane that answers the control calls,
   // and every scrape carries this process's metrics.
@@ -193,7 +190,10 @@ async function startCoordinator(args: WorkerClusterArgs): Promise<RunningServer>
     server: prototype,
     address,
     stop: () => (stopped ??= stopWorkers()),
-    checkpointState: () => checkpointStateOf(controlPlane ?? null),
+    checkpointState: () =>
+      controlPlane === null
+        ? null
+        : { phase: controlPlane.phase, checkpointId: controlPlane.checkpointId },
   };
 }
 
@@ -238,7 +238,7 @@ async function startWorker(args: WorkerClusterArgs): Promise<RunningServer> {
   process.on("disconnect", () => leave("the coordinator process is gone"));
   // With a term grace the engine's SIGTERM reaches the workers too: their coordinator decides
   // when they stop (after the checkpoint), so they do not leave on it.
-  if (termGraceOf(process.env) > 0) {
+  if (args.termGraceMs > 0) {
     process.on("SIGTERM", () => logger.info("SIGTERM: the coordinator stops this worker"));
   }
   return { server, address, stop };
