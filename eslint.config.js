@@ -1,4 +1,6 @@
 import js from "@eslint/js";
+import { createTypeScriptImportResolver } from "eslint-import-resolver-typescript";
+import importX from "eslint-plugin-import-x";
 import tseslint from "typescript-eslint";
 
 /**
@@ -68,6 +70,19 @@ export default tseslint.config(
     rules: { "no-console": "off" },
   },
   ...layerRules,
+  {
+    // No import circle inside the SDK: a module and everything it imports load in one order.
+    // Type-only imports count too (a circle of types is a circle of modules to the reader).
+    files: ["sdk/src/**/*.ts"],
+    plugins: { "import-x": importX },
+    settings: {
+      // Parse the imported modules as TypeScript, and resolve `./x.js` to `x.ts` as tsc does.
+      "import-x/parsers": { "@typescript-eslint/parser": [".ts"] },
+      "import-x/extensions": [".ts", ".js"],
+      "import-x/resolver-next": [createTypeScriptImportResolver({ project: "sdk/tsconfig.json" })],
+    },
+    rules: { "import-x/no-cycle": "error" },
+  },
   {
     files: ["test/**/*.ts"],
     rules: {
