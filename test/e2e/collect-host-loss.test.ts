@@ -60,6 +60,11 @@ async function heldCalls(count: number): Promise<void> {
   });
 }
 
+/** How many `checkpoint … published` lines the collector printed. */
+function publishedLines(stderr: string): number {
+  return stderr.match(/^checkpoint \S+ published:/gm)?.length ?? 0;
+}
+
 /** The servers' URLs as the state file has them. */
 function urls(): Record<string, string> {
   const state = JSON.parse(readFileSync(run.stateFile, "utf8")) as {
@@ -83,15 +88,23 @@ describe.sequential("gym collect loses a host", { timeout: 180_000 }, () => {
       "--concurrency",
       "2",
       "--checkpoint-every",
-      "500ms",
+      "2s",
       "--step-timeout",
       "2s",
       "--json",
     ]);
     try {
       await heldCalls(2);
-      const before = await until("a published checkpoint", () => dir.latest());
+      // Frozen just after a checkpoint ended (its line is printed after its resume), so the
+      // freeze lands between checkpoints, about 2 s before the next: the next one's prepare is
+      // what finds the model silent. (Frozen mid-checkpoint, the model could miss that one's
+      // resume instead, after its publish: a published checkpoint whose resume goes on in the
+      // background, not the failed checkpoint this scenario is about.)
+      const ended = publishedLines(collect.stderr);
+      await until("a checkpoint to end", () => publishedLines(collect.stderr) > ended);
       run.freeze("policy");
+      const before = dir.latest();
+      expect(before).not.toBeNull();
       frozen.add("policy");
       await collect.waitForStderr(
         /checkpoint \S+ failed: checkpoint (prepare|commit|resume) failed on \d+ participant\(s\): .*policy \(127\.0\.0\.1:\d+\): no reply within the \w+ deadline \(2 s\) — is host 127\.0\.0\.1 down or frozen\?/,
