@@ -114,6 +114,7 @@ export { ResolvedDeploymentSchema, ResolvedServerSchema, SERVER_KINDS } from "./
 export type { ResolvedDeployment, ResolvedServer, ServerKind } from "./wire/deployment.js";
 export { cookieHeader, parseCookieHeader, setCookieJar, setCookieLines } from "./util/cookies.js";
 export type { CookieJar } from "./util/cookies.js";
+export type { BySession } from "./util/by-session.js";
 
 // Episode steps (environments and agents park episodes at their boundaries)
 export type { BoundaryState, EpisodeState, StepMode } from "./steps/episode-steps.js";
@@ -193,7 +194,12 @@ export type { ReplyHeaders } from "./participants/environment/checkpoint-headers
 
 // ---- Agent servers ----------------------------------------------------------------------
 export { AgentConfigSchema, AgentServer } from "./server/agent-server.js";
-export type { AgentConfig, AgentParticipant } from "./server/agent-server.js";
+export type {
+  AgentConfig,
+  AgentParticipant,
+  AgentSessionsExport,
+  AgentSessionsRestore,
+} from "./server/agent-server.js";
 export { PartialSessionSetupError } from "./server/agent/agent-hooks.js";
 export type {
   ActivationContext,
@@ -204,6 +210,7 @@ export type {
   ExportAgentSessionsInput,
   LegacyRunInput,
   LegacyRunSteps,
+  RebuiltAgentSession,
   RespondInput,
   RespondResult,
   RestoreAgentSessionsInput,

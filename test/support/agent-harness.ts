@@ -28,6 +28,7 @@ import {
   PartialSessionSetupError,
   type AgentCloseResult,
   type LegacyRunInput,
+  type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
 } from "#sdk/server/agent/agent-hooks.js";
@@ -306,6 +307,8 @@ export class ScriptedAgent extends ScriptedBase {
   static override checkpointSessionsSupported = true;
   /** Keys the export hook leaves out of its answer. */
   readonly omitFromExport = new Set<string>();
+  /** Keys the restore hook leaves out of its answer. */
+  readonly omitFromRestore = new Set<string>();
   /** What each restore hook call received. */
   readonly restoredSessions: RestoredAgentSession[][] = [];
 
@@ -315,7 +318,8 @@ export class ScriptedAgent extends ScriptedBase {
   }): Promise<Readonly<Record<string, Record<string, JsonValue>>>> {
     this.events.push(`export:${input.sessionKeys.join(",")}`);
     await this.pass("export", input.signal);
-    const out = Object.create(null) as Record<string, Record<string, JsonValue>>;
+    // A plain object, as an author may write it: the SDK guards a key such as `__proto__`.
+    const out: Record<string, Record<string, JsonValue>> = {};
     for (const key of input.sessionKeys) {
       const session = this.sessionView(key);
       if (session === undefined || this.omitFromExport.has(key)) continue;
@@ -330,21 +334,20 @@ export class ScriptedAgent extends ScriptedBase {
   protected override async restoreAgentSessions(input: {
     readonly sessions: readonly RestoredAgentSession[];
     readonly signal: AbortSignal;
-  }): Promise<void> {
+  }): Promise<Map<string, RebuiltAgentSession<ScriptedState>>> {
     this.events.push(`restore:${input.sessions.map((s) => s.sessionKey).join(",")}`);
     this.restoredSessions.push([...input.sessions]);
     await this.pass("restore", input.signal);
-    const built = input.sessions.map((s) => {
+    const out = new Map<string, RebuiltAgentSession<ScriptedState>>();
+    for (const s of input.sessions) {
+      if (this.omitFromRestore.has(s.sessionKey)) continue;
       const stored = s.session as unknown as { request: unknown; state: ScriptedState };
-      return {
-        key: s.sessionKey,
-        request: this.seedRequestFor(stored.request, s.episodeId),
+      out.set(s.sessionKey, {
+        request: stored.request,
         state: { ...stored.state, builtFor: captureKey(s.episodeId) },
-      };
-    });
-    for (const { key, request: seed, state } of built) {
-      this.installRestoredSession(key, seed, state);
+      });
     }
+    return out;
   }
 
   protected override async retireAgentSession(input: {

@@ -16,7 +16,6 @@ import {
   TOKEN_CAPTURE_SEGMENT,
   captureKey,
   cookieHeader,
-  isLegacySessionKey,
   isMainModule,
   rolloutPath,
   serveMain,
@@ -28,9 +27,10 @@ import {
   type ExportAgentSessionsInput,
   type JsonValue,
   type LegacyRunInput,
+  type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
-  type RestoredAgentSession,
+  type RestoreAgentSessionsInput,
   type RolloutContext,
   type RouteInput,
   type TextReply,
@@ -100,60 +100,52 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
 
   protected override exportAgentSessions(
     input: ExportAgentSessionsInput,
-  ): Promise<Record<string, Record<string, unknown>>> {
-    // No prototype: a session ID such as `__proto__` is an own key when assigned.
-    const out = Object.create(null) as Record<string, Record<string, unknown>>;
+  ): Map<string, Record<string, unknown>> {
+    // What ExportedSessionSchema reads back at restore.
+    const out = new Map<string, Record<string, unknown>>();
     for (const key of input.sessionKeys) {
       const view = this.sessionView(key);
       if (view === undefined || view.request === null || view.state === undefined) {
-        return Promise.reject(new Error(`the Simple Agent holds no open session ${key}`));
+        throw new Error(`the Simple Agent holds no open session ${key}`);
       }
-      out[key] = {
+      out.set(key, {
         request: view.request,
         // Kept as is: a session without a direct grant has no jar, and a restore keeps none.
         resources_cookies: view.state.resourcesCookies,
         observations: view.state.observations,
-      };
+      });
     }
-    return Promise.resolve(out);
+    return out;
   }
 
-  protected override restoreAgentSessions(input: {
-    readonly sessions: readonly RestoredAgentSession[];
-  }): Promise<void> {
-    const built: { key: string; request: AgentSeedRequest; state: SimpleSessionState }[] = [];
-    try {
-      for (const session of input.sessions) {
-        if (isLegacySessionKey(session.sessionKey)) continue;
-        const parsed = exportedSessionOf(session.session);
-        if (!parsed.success) {
-          throw new CheckpointStateError(
-            `agent session ${session.sessionKey}: ${parsed.error.issues
-              .slice(0, 3)
-              .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
-              .join("; ")}`,
-            captureKey(session.episodeId),
-          );
-        }
-        const request = this.seedRequestFor(parsed.data.request, session.episodeId);
-        // Rebuilt exactly as a seed would, grant checks included.
-        const state = buildSessionState(request, this.simpleConfig.tool_accesses);
-        built.push({
-          key: session.sessionKey,
-          request,
-          state: {
-            ...state,
-            resourcesCookies: parsed.data.resources_cookies,
-            observations: parsed.data.observations,
-          },
-        });
+  /** Rebuilds every session as a seed would, grant checks included; a throw restores none. */
+  protected override restoreAgentSessions(
+    input: RestoreAgentSessionsInput,
+  ): Map<string, RebuiltAgentSession<SimpleSessionState>> {
+    const out = new Map<string, RebuiltAgentSession<SimpleSessionState>>();
+    for (const session of input.sessions) {
+      const parsed = exportedSessionOf(session.session);
+      if (!parsed.success) {
+        throw new CheckpointStateError(
+          `agent session ${session.sessionKey}: ${parsed.error.issues
+            .slice(0, 3)
+            .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
+            .join("; ")}`,
+          captureKey(session.episodeId),
+        );
       }
-    } catch (error) {
-      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      const request = this.seedRequestFor(parsed.data.request, session.episodeId);
+      const state = buildSessionState(request, this.simpleConfig.tool_accesses);
+      out.set(session.sessionKey, {
+        request,
+        state: {
+          ...state,
+          resourcesCookies: parsed.data.resources_cookies,
+          observations: parsed.data.observations,
+        },
+      });
     }
-    // All or nothing: installed only once every session was built.
-    for (const { key, request, state } of built) this.installRestoredSession(key, request, state);
-    return Promise.resolve();
+    return out;
   }
 
   /** Nothing outside the process to free; the SDK drops the session. */

@@ -11,14 +11,8 @@
 import type { IncomingMessage } from "node:http";
 import type { Express, Request, Response } from "express";
 import { z } from "zod";
-import { CheckpointStateError, ConfigError, DetailError, EpisodeError } from "../errors.js";
-import {
-  captureKey,
-  episodeIdToWire,
-  parseEpisodeId,
-  sameEpisode,
-  type EpisodeId,
-} from "../identity/episode-id.js";
+import { ConfigError, DetailError, EpisodeError } from "../errors.js";
+import { captureKey, parseEpisodeId, sameEpisode, type EpisodeId } from "../identity/episode-id.js";
 import { episodeFromRunBody } from "../identity/run-body.js";
 import {
   isLegacySessionKey,
@@ -30,18 +24,19 @@ import {
   AgentSessionEntry,
   AgentSessionTable,
   invocationId,
+  restoredSeedRequest,
   sessionHooks,
+  type RebuiltAgentSession,
   type StoredActivationReply,
 } from "../participants/agent/agent-session-table.js";
 import { RestartOnlyAgentParticipant } from "../participants/agent/restart-only-participant.js";
 import { untilSettledOrAborted } from "../util/abortable.js";
+import type { BySession } from "../util/by-session.js";
 import { parseCookieHeader, setCookieLines, type CookieJar } from "../util/cookies.js";
 import { RESTART_HEADER } from "../wire/checkpoint-headers.js";
 import {
   ACTIVATION_HEADER,
   AgentRunReplySchema,
-  AgentSeedRequestSchema,
-  agentSeedRequestFromWire,
   type AgentCloseReply,
   type AgentCloseRequest,
   type AgentRunRequest,
@@ -89,6 +84,18 @@ export const AgentConfigSchema = z
   .meta({ id: "AgentConfig" });
 /** The base agent settings. */
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
+
+/**
+ * What {@link AgentServer.exportAgentSessions} returns: one JSON object per session key, as a
+ * `Map` or a plain object.
+ */
+export type AgentSessionsExport = BySession<Readonly<Record<string, unknown>>>;
+
+/**
+ * What {@link AgentServer.restoreAgentSessions} returns: each session it was given, rebuilt, by
+ * session key, as a `Map` or a plain object.
+ */
+export type AgentSessionsRestore<State> = BySession<RebuiltAgentSession<State>>;
 
 /** Either agent participant: with session hooks, or restart-only. */
 export type AgentParticipant = AgentSessionParticipant | RestartOnlyAgentParticipant;
@@ -211,22 +218,49 @@ export abstract class AgentServer<
 
   /**
    * Session hook: describes every named session (never a `run:` key) as an object of JSON
-   * values, as of the checkpoint. Read the state with {@link sessionView}. The values are
-   * checked as the commit writes them: one that is not JSON fails the commit with 422 naming
+   * values, as of the checkpoint; every session is parked. Read the state with
+   * {@link sessionView}. Return a `Map` or a plain object by session key (a key such as
+   * `__proto__` is safe in either: the SDK reads own keys and guards the prototype). The values
+   * are checked as the commit writes them: one that is not JSON fails the commit with 422 naming
    * the episode and the path.
+   *
+   * @example
+   * protected override exportAgentSessions({ sessionKeys }: ExportAgentSessionsInput) {
+   *   const out = new Map<string, Record<string, unknown>>();
+   *   for (const key of sessionKeys) {
+   *     const view = this.sessionView(key);
+   *     if (view !== undefined) out.set(key, { request: view.request, turns: view.state?.turns });
+   *   }
+   *   return out;
+   * }
    */
   protected exportAgentSessions(
     _input: ExportAgentSessionsInput,
-  ): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>> {
-    return Promise.resolve({});
+  ): AgentSessionsExport | Promise<AgentSessionsExport> {
+    return new Map();
   }
 
   /**
-   * Session hook, in a fresh process: validates every session, then installs all with
-   * {@link installRestoredSession}, or throws having installed none.
+   * Session hook, in a fresh process: rebuilds every session it is given and returns them by
+   * session key, each as its seed request (as exported) and state; the SDK rebinds each request
+   * to the replacement attempt and installs them all. Throw to install none; a session left out
+   * refuses the restore with 409 `checkpoint_error` naming it. Legacy `run:` sessions are the
+   * SDK's and never reach it.
+   *
+   * @example
+   * protected override restoreAgentSessions({ sessions }: RestoreAgentSessionsInput) {
+   *   const out = new Map<string, RebuiltAgentSession<Conversation>>();
+   *   for (const s of sessions) {
+   *     const saved = ExportedSchema.parse(s.session);
+   *     out.set(s.sessionKey, { request: saved.request, state: { turns: saved.turns } });
+   *   }
+   *   return out;
+   * }
    */
-  protected restoreAgentSessions(_input: RestoreAgentSessionsInput): Promise<void> {
-    return Promise.resolve();
+  protected restoreAgentSessions(
+    _input: RestoreAgentSessionsInput,
+  ): AgentSessionsRestore<State> | Promise<AgentSessionsRestore<State>> {
+    return new Map();
   }
 
   /**
@@ -254,29 +288,14 @@ export abstract class AgentServer<
     if (entry !== undefined) entry.state = state;
   }
 
-  /** Rebuilds a stored seed request for the replacement attempt (validated as a seed is). */
+  /**
+   * A stored seed request rebound to the replacement attempt, validated as a seed is: for a
+   * restore hook that builds the state from the request (the SDK does the same to what the hook
+   * returns, so returning the stored request as it is suffices).
+   * @throws CheckpointStateError `invalid_checkpoint_state` naming the episode
+   */
   protected seedRequestFor(request: unknown, episode: EpisodeId): AgentSeedRequest {
-    const episode_id = episodeIdToWire(episode) as EpisodeId;
-    const fast = agentSeedRequestFromWire(request);
-    if (fast !== null) return { ...fast, episode_id };
-    const parsed = AgentSeedRequestSchema.safeParse(request);
-    if (!parsed.success) {
-      throw new CheckpointStateError(
-        `the stored seed request is invalid: ${parsed.error.issues.map((i) => i.message).join("; ")}`,
-        captureKey(episode),
-      );
-    }
-    return { ...parsed.data, episode_id };
-  }
-
-  /** Installs a restored session as a seed of its replacement attempt would (restore hook). */
-  protected installRestoredSession(
-    sessionKey: string,
-    request: AgentSeedRequest,
-    state: State,
-  ): void {
-    const episode = parseEpisodeId(request.episode_id);
-    this.#sessions.add(new AgentSessionEntry(sessionKey, episode, request, state));
+    return restoredSeedRequest(request, episode);
   }
 
   // ---- Server wiring -----------------------------------------------------------------------
@@ -533,8 +552,8 @@ export abstract class AgentServer<
 
   #hooks(): AgentSessionHooks {
     return sessionHooks(this.#sessions, {
-      exportAgentSessions: (input) => this.exportAgentSessions(input),
-      restoreAgentSessions: (input) => this.restoreAgentSessions(input),
+      exportAgentSessions: async (input) => await this.exportAgentSessions(input),
+      restoreAgentSessions: async (input) => await this.restoreAgentSessions(input),
       retireAgentSession: ({ sessionKey, signal }) => this.#retireSession(sessionKey, signal),
     });
   }

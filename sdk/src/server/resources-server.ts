@@ -17,6 +17,7 @@ import {
   type SessionHooks,
 } from "../participants/resources/resources-participant.js";
 import type { JsonValue } from "../json/json-value.js";
+import type { BySession } from "../util/by-session.js";
 import {
   AnySeedRequestSchema,
   ResourcesCloseSessionReplySchema,
@@ -224,11 +225,14 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
     return this.#participant;
   }
 
-  /** Snapshots the named sessions at commit; leave out a session no longer held. */
-  protected exportSessionStates(
-    _input: ExportSessionStatesInput,
-  ): Promise<Readonly<Record<string, JsonValue>>> {
-    return Promise.resolve({});
+  /**
+   * Snapshots the named sessions at commit, by session ID as a `Map` or a plain object; leave
+   * out a session no longer held. Session IDs are caller-chosen: the SDK reads only own keys,
+   * so `constructor` or `__proto__` needs no prototype-free object (a `Map` holds any value
+   * under `__proto__`; `{}` only an object one).
+   */
+  protected exportSessionStates(_input: ExportSessionStatesInput): Promise<BySession<JsonValue>> {
+    return Promise.resolve(new Map());
   }
 
   /** Validates every state, then installs all (fresh process); throw to install nothing. */

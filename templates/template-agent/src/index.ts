@@ -13,10 +13,11 @@ import {
   isMainModule,
   serveMain,
   type AgentCloseResult,
-  type AgentSeedRequest,
+  type ExportAgentSessionsInput,
+  type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
-  type RestoredAgentSession,
+  type RestoreAgentSessionsInput,
 } from "gym-participant-sdk";
 
 /** One turn of a session: what came in, what the agent answered. */
@@ -30,6 +31,7 @@ export interface Conversation {
 
 /** What the export hook writes for a session (the SDK adds its own counters beside it). */
 const ExportedSchema = z.strictObject({ request: z.unknown(), turns: z.array(TurnSchema) });
+type Exported = z.infer<typeof ExportedSchema>;
 
 /** Where the turn loop of an activation is: recorded at each boundary, read after a restore. */
 const LoopStateSchema = z.discriminatedUnion("next", [
@@ -92,38 +94,24 @@ export default class PlannerAgent extends AgentServer<Conversation, Config> {
 
   // ---- The session hooks -------------------------------------------------------------------
 
-  protected override async exportAgentSessions({
-    sessionKeys,
-  }: {
-    sessionKeys: readonly string[];
-  }) {
-    // No prototype: a session key such as `__proto__` is an own key when assigned.
-    const sessions = Object.create(null) as Record<string, Record<string, unknown>>;
+  protected override exportAgentSessions({ sessionKeys }: ExportAgentSessionsInput) {
+    const sessions = new Map<string, Exported>();
     for (const key of sessionKeys) {
       const view = this.sessionView(key);
       if (view?.request == null || view.state === undefined) continue; // dropped meanwhile
-      sessions[key] = {
-        request: view.request,
-        turns: [...view.state.turns],
-      };
+      sessions.set(key, { request: view.request, turns: [...view.state.turns] });
     }
     return sessions;
   }
 
-  protected override async restoreAgentSessions({
-    sessions,
-  }: {
-    sessions: readonly RestoredAgentSession[];
-  }) {
-    // Validate every session first, then install them all: a restore is all or nothing.
-    const parsed = sessions.map((s) => {
+  protected override restoreAgentSessions({ sessions }: RestoreAgentSessionsInput) {
+    // Every session rebuilt, or a throw: the SDK installs them all, or none.
+    const restored = new Map<string, RebuiltAgentSession<Conversation>>();
+    for (const s of sessions) {
       const saved = ExportedSchema.parse(s.session);
-      const request: AgentSeedRequest = this.seedRequestFor(saved.request, s.episodeId);
-      return { key: s.sessionKey, request, turns: saved.turns };
-    });
-    for (const { key, request, turns } of parsed) {
-      this.installRestoredSession(key, request, { turns });
+      restored.set(s.sessionKey, { request: saved.request, state: { turns: saved.turns } });
     }
+    return restored;
   }
 
   /** Nothing outside this process to free (a sandbox would be stopped here); the SDK drops it. */

@@ -509,7 +509,7 @@ describe("startup", () => {
         return Promise.resolve({});
       }
       protected override restoreAgentSessions() {
-        return Promise.resolve();
+        return Promise.resolve({});
       }
     }
     expect(() => new NoHooks({ name: "agent", logLevel: "silent" })).toThrow(ConfigError);

@@ -11,9 +11,9 @@ import {
   AgentServer,
   EnvironmentServer,
   type AgentCloseResult,
-  type AgentSeedRequest,
   type EpisodeOutcome,
   type JsonValue,
+  type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
   type RestoredAgentSession,
@@ -169,26 +169,27 @@ class Shouter extends AgentServer<Notes> {
   }: {
     sessionKeys: readonly string[];
   }): Promise<Record<string, Record<string, JsonValue>>> {
-    // Own keys even for `__proto__`: the author's side of the export is not under test here.
-    return Object.fromEntries(
-      sessionKeys.map((key) => {
-        const view = this.sessionView(key);
-        const notes = [...(view?.state?.notes ?? [])];
-        return [key, { request: view?.request as unknown as JsonValue, notes }];
-      }),
-    );
+    // Assigned into `{}`, as an author writes it: the SDK reads a `__proto__` key back.
+    const out: Record<string, Record<string, JsonValue>> = {};
+    for (const key of sessionKeys) {
+      const view = this.sessionView(key);
+      const notes = [...(view?.state?.notes ?? [])];
+      out[key] = { request: view?.request as unknown as JsonValue, notes };
+    }
+    return out;
   }
 
   protected override async restoreAgentSessions({
     sessions,
   }: {
     sessions: readonly RestoredAgentSession[];
-  }): Promise<void> {
+  }): Promise<Record<string, RebuiltAgentSession<Notes>>> {
+    const out: Record<string, RebuiltAgentSession<Notes>> = {};
     for (const s of sessions) {
       const saved = s.session as { request: unknown; notes: string[] };
-      const request: AgentSeedRequest = this.seedRequestFor(saved.request, s.episodeId);
-      this.installRestoredSession(s.sessionKey, request, { notes: saved.notes });
+      out[s.sessionKey] = { request: saved.request, state: { notes: saved.notes } };
     }
+    return out;
   }
 
   protected override async retireAgentSession(): Promise<void> {}

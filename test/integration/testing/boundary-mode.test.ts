@@ -8,9 +8,9 @@ import {
   AgentServer,
   EnvironmentServer,
   type AgentCloseResult,
-  type AgentSeedRequest,
   type EpisodeOutcome,
   type JsonValue,
+  type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
   type RestoredAgentSession,
@@ -267,15 +267,13 @@ class Shouter extends AgentServer<Notes> {
     sessions,
   }: {
     sessions: readonly RestoredAgentSession[];
-  }): Promise<void> {
-    const built = sessions.map((s) => {
+  }): Promise<Map<string, RebuiltAgentSession<Notes>>> {
+    const out = new Map<string, RebuiltAgentSession<Notes>>();
+    for (const s of sessions) {
       const saved = s.session as { request: unknown; notes?: string[] };
-      const request: AgentSeedRequest = this.seedRequestFor(saved.request, s.episodeId);
-      return { key: s.sessionKey, request, notes: saved.notes ?? [] };
-    });
-    for (const { key, request, notes } of built) {
-      this.installRestoredSession(key, request, { notes });
+      out.set(s.sessionKey, { request: saved.request, state: { notes: saved.notes ?? [] } });
     }
+    return out;
   }
 
   protected override async retireAgentSession(): Promise<void> {}

@@ -13,7 +13,6 @@ import {
   type TestServerOptions,
 } from "#sdk/testing/index.js";
 import { deferred } from "#sdk/util/deferred.js";
-import type { JsonValue } from "#sdk/json/json-value.js";
 import type { ExportSessionStatesInput } from "#sdk/server/resources-server.js";
 
 const SEED = { resources_session_id: "s1", task_data: { target: 2 } };
@@ -24,12 +23,10 @@ const ep1 = { rollout: "ep1" };
 class CountDroppingCounter extends CounterServer {
   protected override async exportSessionStates(input: ExportSessionStatesInput) {
     const states = await super.exportSessionStates(input);
-    return Object.fromEntries(
-      Object.entries(states).map(([id, state]) => [
-        id,
-        { target: (state as { target: number }).target },
-      ]),
-    );
+    // Not a counter state: the type says what the hook may export, and this one breaks it.
+    const broken = (state: typeof states extends ReadonlyMap<string, infer S> ? S : never) =>
+      ({ target: state.target }) as unknown as typeof state;
+    return new Map([...states].map(([id, state]) => [id, broken(state)]));
   }
 }
 
@@ -37,12 +34,7 @@ class CountDroppingCounter extends CounterServer {
 class ForgetfulCounter extends CounterServer {
   protected override async exportSessionStates(input: ExportSessionStatesInput) {
     const states = await super.exportSessionStates(input);
-    return Object.fromEntries(
-      Object.entries(states).map(([id, state]) => [
-        id,
-        { ...(state as object), count: 0 } as JsonValue,
-      ]),
-    );
+    return new Map([...states].map(([id, state]) => [id, { ...state, count: 0 }]));
   }
 }
 

@@ -73,7 +73,7 @@ class Agent extends AgentServer {
     return Promise.resolve({});
   }
   protected override restoreAgentSessions() {
-    return Promise.resolve();
+    return Promise.resolve({});
   }
   protected override retireAgentSession() {
     return Promise.resolve();

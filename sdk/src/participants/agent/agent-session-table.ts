@@ -7,14 +7,22 @@
  *
  * @module
  */
-import { CheckpointError, DetailError, EpisodeError } from "../../errors.js";
-import { captureKey, sameEpisode, type EpisodeId } from "../../identity/episode-id.js";
+import { CheckpointError, CheckpointStateError, DetailError, EpisodeError } from "../../errors.js";
+import {
+  captureKey,
+  episodeIdToWire,
+  sameEpisode,
+  type EpisodeId,
+} from "../../identity/episode-id.js";
+import { ABSENT, sessionValue, type BySession } from "../../util/by-session.js";
 import type { CookieJar } from "../../util/cookies.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
 import { KeyedMutex } from "../../util/keyed-mutex.js";
 import { withFields } from "../../util/with-fields.js";
 import {
   ACTIVATION_HEADER,
+  AgentSeedRequestSchema,
+  agentSeedRequestFromWire,
   parseActivationIndex,
   type AgentCloseReply,
   type AgentSeedRequest,
@@ -24,7 +32,9 @@ import {
   isLegacySessionKey,
   type AgentSessionHooks,
   type ExportAgentSessionsInput,
+  type RestoreAgentSessionsInput,
   type RestoredAgentSession,
+  type RetireAgentSessionInput,
 } from "./agent-records.js";
 import { parseBookkeeping, withoutBookkeeping, type Bookkeeping } from "./agent-bookkeeping.js";
 import type { SessionPhase } from "./session-phase.js";
@@ -370,36 +380,70 @@ export class AgentSessionTable<State> {
   }
 
   /**
-   * After the agent's restore hook: checks it installed every named session (else removes the
-   * ones it did and throws), then sets each session's attempt and bookkeeping; a legacy
-   * session gets an entry of its own.
+   * Installs what the agent's restore hook rebuilt, all or nothing: every named session must
+   * have an entry (its seed request rebound to the replacement attempt, its state), else
+   * nothing is installed; then each session gets its attempt and bookkeeping, and a legacy
+   * session an entry of its own.
+   * @throws CheckpointError `checkpoint_error` naming the sessions the hook returned none for
+   * @throws CheckpointStateError `invalid_checkpoint_state` for a seed request that is not one
    */
-  installBookkeeping(
+  installRestored(
     sessions: readonly RestoredAgentSession[],
     books: readonly Bookkeeping[],
+    rebuilt: BySession<RebuiltAgentSession<State>>,
   ): void {
-    const isLegacy = isLegacySessionKey;
-    const missing = sessions.filter((s) => !isLegacy(s.sessionKey) && !this.has(s.sessionKey));
+    const entries: AgentSessionEntry<State>[] = [];
+    const missing: string[] = [];
+    for (const s of sessions) {
+      if (isLegacySessionKey(s.sessionKey)) {
+        const held = this.#entries.get(s.sessionKey);
+        entries.push(
+          held ?? new AgentSessionEntry<State>(s.sessionKey, s.episodeId, null, undefined),
+        );
+        continue;
+      }
+      const session = sessionValue(rebuilt, s.sessionKey);
+      if (session === ABSENT || typeof session !== "object" || session === null) {
+        missing.push(s.sessionKey);
+        continue;
+      }
+      const request = frozenCopy(restoredSeedRequest(session.request, s.episodeId));
+      entries.push(new AgentSessionEntry(s.sessionKey, s.episodeId, request, session.state));
+    }
     if (missing.length > 0) {
-      for (const s of sessions) if (!isLegacy(s.sessionKey)) this.#entries.delete(s.sessionKey);
       throw new CheckpointError(
         "checkpoint_error",
-        `restoreAgentSessions did not install sessions [${missing.map((s) => s.sessionKey).join(", ")}]; call installRestoredSession for each`,
+        `restoreAgentSessions returned no session for [${missing.join(", ")}]; return a {request, state} for every session it is given`,
       );
     }
-    sessions.forEach((s, i) => {
+    entries.forEach((entry, i) => {
       const book = books[i] as Bookkeeping;
-      let entry = this.#entries.get(s.sessionKey);
-      if (entry === undefined) {
-        entry = new AgentSessionEntry<State>(s.sessionKey, s.episodeId, null, undefined);
-        this.#entries.set(s.sessionKey, entry);
-      }
-      entry.episode = s.episodeId;
+      entry.episode = (sessions[i] as RestoredAgentSession).episodeId;
       entry.activations = book.activations;
       entry.completedActivation = book.completed_activation;
       entry.completedReply = book.completed_reply;
+      this.#entries.set(entry.key, entry);
     });
   }
+}
+
+/**
+ * A stored seed request rebound to `episode` (the replacement attempt), validated as a seed is.
+ * @throws CheckpointStateError `invalid_checkpoint_state` naming the episode when it is not a
+ *   seed request
+ */
+export function restoredSeedRequest(request: unknown, episode: EpisodeId): AgentSeedRequest {
+  const episode_id = episodeIdToWire(episode) as EpisodeId;
+  const fast = agentSeedRequestFromWire(request);
+  if (fast !== null) return { ...fast, episode_id };
+  const parsed = AgentSeedRequestSchema.safeParse(request);
+  if (!parsed.success) {
+    throw new CheckpointStateError(
+      `the stored seed request is invalid: ${parsed.error.issues.map((i) => i.message).join("; ")}`,
+      captureKey(episode),
+    );
+  }
+  return { ...parsed.data, episode_id };
 }
 
 /** The `activation-<n>` invocation ID of an activation (`root` for the first). */
@@ -428,36 +472,54 @@ function withoutTrajectory(response: Record<string, unknown>): Record<string, un
   return rest;
 }
 
+/** One session an agent's restore hook rebuilt, as the SDK installs it. */
+export interface RebuiltAgentSession<State> {
+  /**
+   * The session's seed request as exported (e.g. the `request` field your export wrote): the
+   * SDK validates it as a seed and rebinds it to the replacement attempt, so it need not be
+   * rebuilt first; one that is not a seed request refuses the restore with 422
+   * `invalid_checkpoint_state` naming the episode.
+   */
+  readonly request: unknown;
+  /** The session's state, as `createSessionState` would have built it. */
+  readonly state: State;
+}
+
 /**
- * The author's session hooks, as the session participant's hooks take them: the same, except
- * that an exported session is an object of values the commit checks as it encodes them.
+ * The author's session hooks, as the session participant's hooks take them: an export is an
+ * object of values (checked as the commit encodes them) per session, and a restore returns the
+ * sessions it rebuilt, both by session key as a `Map` or a plain object.
  */
-export interface AuthorSessionHooks extends Omit<AgentSessionHooks, "exportAgentSessions"> {
+export interface AuthorSessionHooks<State> {
   exportAgentSessions(
     input: ExportAgentSessionsInput,
-  ): Promise<Readonly<Record<string, Readonly<Record<string, unknown>>>>>;
+  ): Promise<BySession<Readonly<Record<string, unknown>>>>;
+  restoreAgentSessions(
+    input: RestoreAgentSessionsInput,
+  ): Promise<BySession<RebuiltAgentSession<State>>>;
+  retireAgentSession(input: RetireAgentSessionInput): Promise<void>;
 }
 
 /**
  * The participant's session hooks over the author's: legacy `run:` sessions are the SDK's own
- * (the author never sees them), and every exported session carries the table's bookkeeping.
+ * (the author never sees them), every exported session carries the table's bookkeeping, and
+ * the sessions a restore rebuilt are installed here, all or nothing.
  */
 export function sessionHooks<State>(
   table: AgentSessionTable<State>,
-  author: AuthorSessionHooks,
+  author: AuthorSessionHooks<State>,
 ): AgentSessionHooks {
   return {
     exportAgentSessions: async ({ sessionKeys, signal }) => {
       const native = sessionKeys.filter((key) => !isLegacySessionKey(key));
       const exported =
         native.length === 0
-          ? {}
+          ? new Map<string, never>()
           : await author.exportAgentSessions({ sessionKeys: native, signal });
       const out = new Map<string, JsonValue>();
       for (const key of sessionKeys) {
-        const legacy = isLegacySessionKey(key);
-        if (!legacy && !Object.hasOwn(exported, key)) continue;
-        const own = legacy ? {} : exported[key];
+        const own = isLegacySessionKey(key) ? {} : sessionValue(exported, key);
+        if (own === ABSENT) continue;
         if (typeof own !== "object" || own === null || Array.isArray(own)) {
           throw new CheckpointError(
             "checkpoint_error",
@@ -473,8 +535,11 @@ export function sessionHooks<State>(
       const native = sessions
         .filter((s) => !isLegacySessionKey(s.sessionKey))
         .map((s) => ({ ...s, session: withoutBookkeeping(s.session) }));
-      if (native.length > 0) await author.restoreAgentSessions({ sessions: native, signal });
-      table.installBookkeeping(sessions, books);
+      const rebuilt =
+        native.length === 0
+          ? new Map<string, never>()
+          : await author.restoreAgentSessions({ sessions: native, signal });
+      table.installRestored(sessions, books, rebuilt);
     },
     retireAgentSession: (input) => author.retireAgentSession(input),
   };

@@ -14,6 +14,7 @@ import {
 import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import { compareStrings } from "../../util/compare-strings.js";
 import { deferred, type Deferred } from "../../util/deferred.js";
+import { ABSENT, sessionValue, type BySession } from "../../util/by-session.js";
 import { setOwnKey } from "../../util/own-key.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
 import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
@@ -37,11 +38,14 @@ export type ResourcesRecord = z.infer<typeof ResourcesRecordSchema>;
 
 /** The session hooks the participant calls; each takes one input object. */
 export interface SessionHooks {
-  /** Snapshots the named sessions; leave out a session the server no longer holds. */
+  /**
+   * Snapshots the named sessions, by session ID as a `Map` or a plain object (own keys only are
+   * read, a `__proto__` assigned into `{}` included); leave out a session no longer held.
+   */
   exportSessionStates(input: {
     readonly sessionIds: readonly string[];
     readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, JsonValue>>>;
+  }): Promise<BySession<JsonValue>>;
   /** Validates every state, then installs all; throws and installs nothing on any invalid one. */
   restoreSessionStates(input: {
     readonly states: Readonly<Record<string, JsonValue>>;
@@ -488,7 +492,8 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
     });
     const records: ResourcesRecord[] = [];
     for (const { id, bound } of candidates) {
-      if (!Object.hasOwn(states, id)) {
+      const state = sessionValue(states, id);
+      if (state === ABSENT) {
         // Already dropped (e.g. a verifier that cleaned up after failing): stop tracking it.
         this.#logger?.warn(
           { sessionId: id, episode: captureKey(bound) },
@@ -500,7 +505,7 @@ export class ResourcesParticipant extends Participant<ResourcesRecord> {
       records.push({
         episode_id: episodeIdToWire(bound) as ResourcesRecord["episode_id"],
         session_id: id,
-        state: states[id] as JsonValue,
+        state,
         owner: this.#owners.get(id) ?? null,
       });
     }

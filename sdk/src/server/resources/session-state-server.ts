@@ -144,16 +144,16 @@ export abstract class SessionStateServer<
     return { resources_session_id: input.session.id };
   }
 
+  /** Every held state of the named sessions, by session ID. */
   protected override async exportSessionStates(
     input: ExportSessionStatesInput,
-  ): Promise<Readonly<Record<string, JsonValue>>> {
-    // A session no longer held is left out: the participant counts it as dropped. No
-    // prototype, so a session ID such as `__proto__` is an own key when assigned; a loop, not
-    // an entry pair per session, as a commit exports thousands.
-    const out = Object.create(null) as Record<string, JsonValue>;
+  ): Promise<ReadonlyMap<string, State>> {
+    // A session no longer held is left out: the participant counts it as dropped. A Map holds
+    // any session ID (`__proto__` included) as data; a loop, as a commit exports thousands.
+    const out = new Map<string, State>();
     for (const id of input.sessionIds) {
       const state = this.states.get(id);
-      if (state !== undefined) out[id] = state;
+      if (state !== undefined) out.set(id, state);
     }
     return out;
   }
