@@ -23,7 +23,7 @@ import { expect } from "vitest";
 import { captureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
 import type { RestoredAgentSession } from "#sdk/participants/agent/agent-records.js";
 import type { AgentSeedRequest } from "#sdk/wire/agent.js";
-import { AgentServer } from "#sdk/server/agent-server.js";
+import { AgentServer, type AgentSessionsExport } from "#sdk/server/agent-server.js";
 import {
   PartialSessionSetupError,
   type AgentCloseResult,
@@ -307,6 +307,8 @@ export class ScriptedAgent extends ScriptedBase {
   static override checkpointSessionsSupported = true;
   /** Keys the export hook leaves out of its answer. */
   readonly omitFromExport = new Set<string>();
+  /** What the export hook returns: a plain object assigned into, or a Map. */
+  exportAs: "object" | "map" = "object";
   /** Keys the restore hook leaves out of its answer. */
   readonly omitFromRestore = new Set<string>();
   /** What each restore hook call received. */
@@ -315,20 +317,24 @@ export class ScriptedAgent extends ScriptedBase {
   protected override async exportAgentSessions(input: {
     readonly sessionKeys: readonly string[];
     readonly signal: AbortSignal;
-  }): Promise<Readonly<Record<string, Record<string, JsonValue>>>> {
+  }): Promise<AgentSessionsExport> {
     this.events.push(`export:${input.sessionKeys.join(",")}`);
     await this.pass("export", input.signal);
-    // A plain object, as an author may write it: the SDK guards a key such as `__proto__`.
+    // A plain object assigned into, as an author may write it (the SDK guards a key such as
+    // `__proto__`), or a Map.
     const out: Record<string, Record<string, JsonValue>> = {};
+    const map = new Map<string, Record<string, JsonValue>>();
     for (const key of input.sessionKeys) {
       const session = this.sessionView(key);
       if (session === undefined || this.omitFromExport.has(key)) continue;
-      out[key] = {
+      const exported = {
         request: session.request as unknown as JsonValue,
         state: (session.state ?? null) as unknown as JsonValue,
       };
+      if (this.exportAs === "map") map.set(key, exported);
+      else out[key] = exported;
     }
-    return out;
+    return this.exportAs === "map" ? map : out;
   }
 
   protected override async restoreAgentSessions(input: {

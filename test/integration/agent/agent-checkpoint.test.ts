@@ -574,3 +574,97 @@ describe("commit, restore into a fresh server, resume", () => {
     expect(next.body.invocation_id).toBe("activation-2");
   });
 });
+
+describe("session hooks that return values", () => {
+  /** The agent records a commit wrote under `dir`, by session key (a Map: keys are caller-chosen). */
+  async function recordMap(dir: string): Promise<Map<string, StoredRecord>> {
+    const where = path.join(dir, "gym", "agent", "agent");
+    const out = new Map<string, StoredRecord>();
+    for (const file of await readdir(where)) {
+      if (!file.startsWith("records-")) continue;
+      for (const line of (await readFile(path.join(where, file), "utf8")).split("\n")) {
+        if (line.trim() === "") continue;
+        const record = JSON.parse(line) as StoredRecord;
+        out.set(record.session_key, record);
+      }
+    }
+    return out;
+  }
+
+  const NAMES = ["__proto__", "constructor"] as const;
+
+  /** Seeds every name under its own rollout, commits them all; returns the dir. */
+  async function checkpointNamed(exportAs: "object" | "map"): Promise<string> {
+    const { agent, url } = await serve();
+    agent.exportAs = exportAs;
+    for (const name of NAMES) await seeded(url, name, ep(`r${name}`));
+    await prepare(url, "c1").expect(200);
+    const dir = await tempDir();
+    await commit(url, "c1", dir).expect(200);
+    await resume(url, "c1").expect(200);
+    return dir;
+  }
+
+  it.each(["map", "object"] as const)(
+    "an export returned as a %s with sessions keyed __proto__ and constructor round-trips through commit and restore",
+    async (exportAs) => {
+      const dir = await checkpointNamed(exportAs);
+      const stored = await recordMap(dir);
+      for (const name of NAMES) {
+        expect(stored.get(name)?.session).toMatchObject({
+          request: { agent_session_id: name },
+          state: { builtFor: `r${name}`, task: name },
+          activations: 0,
+        });
+      }
+      const { agent, url } = await serve();
+      await restore(
+        url,
+        "c2",
+        dir,
+        NAMES.map((name) => ep(`r${name}`)),
+      ).expect(200);
+      await resume(url, "c2").expect(200);
+      for (const name of NAMES) {
+        // Installed from what the restore hook returned, its request rebound to the replacement.
+        const receipt = await closeReq(url, name, ep(`r${name}`, 1)).expect(200);
+        expect(receipt.body.agent_observations).toEqual({
+          closed: name,
+          builtFor: `r${name}-a1`,
+        });
+      }
+      expect(agent.events.filter((e) => e.startsWith("restore:"))).toHaveLength(1);
+    },
+  );
+
+  it("a restore hook's session is installed with its stored seed request rebound to the replacement attempt", async () => {
+    const dir = await checkpointNamed("map");
+    const { agent, url } = await serve();
+    await restore(url, "c2", dir, [ep("rconstructor")]).expect(200);
+    const view = (
+      agent as unknown as {
+        sessionView(key: string): { request: { episode_id: unknown } } | undefined;
+      }
+    ).sessionView("constructor");
+    expect(view?.request.episode_id).toEqual(ep("rconstructor", 1));
+    await resume(url, "c2").expect(200);
+  });
+
+  it("a restore hook that leaves a session out refuses the restore with checkpoint_error naming it, and installs none", async () => {
+    const dir = await checkpointNamed("map");
+    const { agent, url } = await serve();
+    agent.omitFromRestore.add("constructor");
+    const refused = await restore(
+      url,
+      "c2",
+      dir,
+      NAMES.map((name) => ep(`r${name}`)),
+    );
+    expect(refused.status).toBe(409);
+    expect(refused.body.error.code).toBe("checkpoint_error");
+    expect(refused.body.error.detail).toContain("[constructor]");
+    const sessionView = (agent as unknown as { sessionView(key: string): unknown }).sessionView;
+    for (const name of NAMES) expect(sessionView.call(agent, name)).toBeUndefined();
+    expect(sessionParticipantOf(agent)?.has("__proto__")).toBe(false);
+  });
+});

@@ -253,6 +253,37 @@ describe("ResourcesParticipant modes", () => {
     expect((await p.export(null, signal())).map((r) => r.session_id)).toEqual(["a", "b"]);
   });
 
+  it("exported: an export as a Map or assigned into {} keeps prototype-named sessions, and a left-out one is dropped", async () => {
+    const names = ["__proto__", "constructor", "toString"];
+    const exportAs = async (build: (ids: readonly string[]) => unknown) => {
+      const p = make({
+        mode: "exported",
+        hooks: {
+          exportSessionStates: ({ sessionIds }) =>
+            Promise.resolve(build(sessionIds) as Record<string, JsonValue>),
+        },
+      });
+      for (const name of names) await seed(p, name, episodeId(`r${name}`));
+      p.closeAdmission(prepare);
+      const records = await p.export(null, signal());
+      return { p, states: records.map((r) => [r.session_id, r.state]) };
+    };
+    const map = await exportAs((ids) => new Map(ids.map((id) => [id, { id }])));
+    expect(map.states).toEqual(names.map((id) => [id, { id }]));
+    // Plain assignment: `out.__proto__ = {…}` sets the prototype; the SDK reads it back.
+    const plain = await exportAs((ids) => {
+      const out: Record<string, JsonValue> = {};
+      for (const id of ids) if (id !== "toString") out[id] = { id };
+      return out;
+    });
+    expect(plain.states).toEqual([
+      ["__proto__", { id: "__proto__" }],
+      ["constructor", { id: "constructor" }],
+    ]);
+    // Left out, not read as the inherited Object.prototype.toString: dropped.
+    expect(plain.p.isOpen("toString")).toBe(false);
+  });
+
   it("exported: records follow capture-key order, sessions of one attempt by session ID", async () => {
     const c = counterHooks();
     const asked: string[][] = [];
