@@ -69,20 +69,16 @@ export { DEFAULT_MAX_CLOCK_SKEW_MS } from "./client/clock.js";
 export type { CommitStep } from "./client/commit-everywhere.js";
 
 // Rollout collection (what `gym collect` runs)
-export {
-  Collection,
-  CollectError,
-  EXIT_FAILING,
-  EXIT_PREEMPTED,
-  collect,
-} from "./collect/collector.js";
+export { Collection, collect } from "./collect/collector.js";
+export { CollectError } from "./collect/collect-options.js";
+export type { CollectOptions } from "./collect/collect-options.js";
+export { EXIT_FAILING, EXIT_PREEMPTED } from "./collect/collect-report.js";
 export type {
   CheckpointOutcome,
   CollectEvent,
-  CollectOptions,
   CollectProgress,
   CollectSummary,
-} from "./collect/collector.js";
+} from "./collect/collect-report.js";
 export type { FailureKind, RolloutRow, RowFailure } from "./collect/rollout-row.js";
 export { DEFAULT_MAX_FAILURES } from "./collect/failure-streak.js";
 export type { FailureStreak } from "./collect/failure-streak.js";

@@ -12,7 +12,8 @@ import path from "node:path";
 import { Command } from "commander";
 import { median } from "./median.js";
 import { DeploymentRun } from "../../demo/deployment-run.js";
-import { collect, type CollectSummary } from "#sdk/collect/collector.js";
+import type { CollectSummary } from "#sdk/collect/collect-report.js";
+import { collect } from "#sdk/collect/collector.js";
 import { parseDuration } from "#sdk/cli/duration.js";
 
 const options = new Command("bench:collect")

@@ -3,7 +3,7 @@
  * (done/total, in flight, rate, ETA, mean reward, failures, last checkpoint); otherwise the same
  * line every few seconds. Checkpoints, restores and fences print a line of their own.
  */
-import type { CollectEvent, CollectProgress, CollectSummary } from "../collect/collector.js";
+import type { CollectEvent, CollectProgress, CollectSummary } from "../collect/collect-report.js";
 
 /** Plain (non-terminal) output prints the status line this often, in ms. */
 export const PLAIN_EVERY_MS = 5_000;

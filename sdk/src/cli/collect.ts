@@ -9,13 +9,9 @@ import { pino } from "pino";
 import { CoordinationError, discover, type Participants } from "../client/coordination.js";
 import { ServerClient } from "../client/server-client.js";
 import { CollectionDirError } from "../collect/collection-dir.js";
-import {
-  Collection,
-  CollectError,
-  EXIT_FAILING,
-  EXIT_PREEMPTED,
-  type CollectSummary,
-} from "../collect/collector.js";
+import { CollectError } from "../collect/collect-options.js";
+import { EXIT_FAILING, EXIT_PREEMPTED, type CollectSummary } from "../collect/collect-report.js";
+import { Collection } from "../collect/collector.js";
 import { DEFAULT_MAX_FAILURES, type FailureStreak } from "../collect/failure-streak.js";
 import { JournalCorruptError } from "../collect/jsonl-journal.js";
 import { TaskFileError } from "../collect/task-rows.js";

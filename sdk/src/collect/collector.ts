@@ -10,30 +10,32 @@ import { randomBytes } from "node:crypto";
 import { mkdir, truncate } from "node:fs/promises";
 import path from "node:path";
 import { pino, type Logger } from "pino";
-import {
-  commit,
-  forget,
-  prepare,
-  restore,
-  resume,
-  retire,
-  status,
-  CoordinationError,
-  UnreachableParticipantsError,
-  type Participants,
-} from "../client/coordination.js";
-import { locateServer, locatedName } from "../client/host-loss.js";
-import type { ServerClient } from "../client/server-client.js";
-import { checkCommitShared, checkRestoreShared, writersOf } from "../client/shared-storage.js";
 import { episodeId, nextAttempt, type EpisodeId } from "../identity/episode-id.js";
+import { pause } from "../util/deadline.js";
 import { deferred, type Deferred } from "../util/deferred.js";
-import { didYouMean } from "../util/did-you-mean.js";
 import { Mutex } from "../util/mutex.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan } from "../telemetry/spans.js";
+import { collectLimits, CollectError, type CollectOptions } from "./collect-options.js";
+import type {
+  CheckpointOutcome,
+  CollectEvent,
+  CollectProgress,
+  CollectSummary,
+} from "./collect-report.js";
+import {
+  forgetInBatches,
+  outlivedCollector,
+  recoverOpenCheckpoints,
+  restoreCheckpoint,
+  retireInBatches,
+  takeCheckpoint,
+  type CollectionSteps,
+} from "./collection-checkpoints.js";
 import { CollectionDir, type CollectionManifest, type RowEpisode } from "./collection-dir.js";
 import { DispatchLog } from "./dispatch-log.js";
-import { DEFAULT_MAX_FAILURES, FailureWatch, type FailureStreak } from "./failure-streak.js";
+import { checkEnvironments, pickEnvironment } from "./environment-routing.js";
+import { FailureWatch, type FailureStreak } from "./failure-streak.js";
 import { Fencer } from "./fencer.js";
 import { planResume, rowRolloutId } from "./resume-plan.js";
 import {
@@ -43,172 +45,14 @@ import {
   type RolloutRow,
   type RowFailure,
 } from "./rollout-row.js";
+import { SilentParticipants } from "./silent-participants.js";
 import {
   checkTaskFile,
   readTaskRows,
   scanTaskFile,
-  type TaskFileSummary,
   type TaskRow,
   type TaskRowOptions,
 } from "./task-rows.js";
-
-/** The `gym collect` exit status of a run stopped by a preemption notice: requeue and resume. */
-export const EXIT_PREEMPTED = 75;
-
-/**
- * The `gym collect` exit status of a run stopped because its rows kept failing the same way
- * ({@link CollectOptions.maxFailures}): requeueing would fail again; fix the input or the
- * servers first.
- */
-export const EXIT_FAILING = 3;
-
-/** Options of {@link collect} and {@link Collection.start}. */
-export interface CollectOptions {
-  readonly client: ServerClient;
-  /**
-   * The deployment's participants (from `discover`), or null when it does not checkpoint: then
-   * there are no checkpoints and no fencing, and a row whose `/run` got no reply is sent again
-   * unfenced.
-   */
-  readonly participants: Participants | null;
-  /** The JSON Lines file of tasks. */
-  readonly input: string;
-  /** The JSON Lines file rows are appended to as they end. */
-  readonly output: string;
-  /** Rows in flight at once. @default 16 */
-  readonly concurrency?: number;
-  /** Rollouts per task, each with its own rollout ID. @default 1 */
-  readonly repeats?: number;
-  /** The environment server of rows that name none. @default the deployment's only one */
-  readonly environment?: string;
-  /** The row field naming a row's environment server. @default "environment" */
-  readonly routeField?: string;
-  /** The task set of rows whose `task_id` is not an object. @default the input's base name */
-  readonly taskset?: string;
-  /** Where checkpoints, the dispatch log and the run file live; none: no checkpoints. */
-  readonly checkpointDir?: string;
-  /** Checkpoint this often while rows are in flight (ms). @default never */
-  readonly checkpointEveryMs?: number;
-  /** Continue the run `checkpointDir` holds (a new run when it holds none). */
-  readonly resume?: boolean;
-  /** Discard the run `checkpointDir` holds, and the output, and start over. */
-  readonly reset?: boolean;
-  /** Sends of a row that get no reply before it ends as a `no_reply` failure. @default 3 */
-  readonly maxAttempts?: number;
-  /**
-   * Stop the run (status `failing`) once this many rollouts in a row, in the order they ended,
-   * failed the same way (same failure kind and error code): the dataset or the deployment is
-   * wrong, and going on would only write a failure row per row. Lowered to the run's rollouts
-   * when it has fewer. The rollouts of the streak get no output row, so a resume sends them
-   * again; failure rows are held back until the streak breaks. 0 turns the check off.
-   * @default 20
-   */
-  readonly maxFailures?: number;
-  /** Bound on each coordination step (prepare, commit, restore...), in ms. @default 60_000 */
-  readonly stepTimeoutMs?: number;
-  /** Bound on one `/run`, in ms. @default the client's data timeout */
-  readonly runTimeoutMs?: number;
-  readonly logger?: Logger;
-  /** Told about checkpoints, restores and fences as they happen. */
-  readonly onEvent?: (event: CollectEvent) => void;
-}
-
-/** Something the run did that a display may show. */
-export type CollectEvent =
-  | { readonly type: "checkpoint"; readonly outcome: CheckpointOutcome }
-  | { readonly type: "restored"; readonly checkpointId: string; readonly rows: number }
-  | { readonly type: "restore_failed"; readonly checkpointId: string; readonly error: string }
-  | { readonly type: "fenced"; readonly rows: number }
-  | { readonly type: "recovered"; readonly checkpointIds: readonly string[] }
-  /**
-   * Participants that had not answered since a checkpoint failed answered its resume: the host
-   * is back, and checkpoints are taken again.
-   */
-  | { readonly type: "reachable"; readonly servers: readonly string[] };
-
-/** How one checkpoint ended. */
-export type CheckpointOutcome =
-  | {
-      readonly status: "published";
-      readonly checkpointId: string;
-      readonly continued: number;
-      readonly restarted: number;
-      /** Dispatch paused, prepare through resume, in ms. */
-      readonly pauseMs: number;
-    }
-  | {
-      readonly status: "missed";
-      readonly checkpointId: string;
-      /** Server → episodes still busy at the deadline. */
-      readonly blockers: Readonly<Record<string, readonly string[]>>;
-      readonly pauseMs: number;
-    }
-  | {
-      readonly status: "failed";
-      readonly checkpointId: string;
-      readonly error: string;
-      readonly pauseMs: number;
-    }
-  | { readonly status: "unavailable"; readonly reason: string };
-
-/** Where a run stands. */
-export interface CollectProgress {
-  readonly runId: string;
-  readonly session: number;
-  /** Rollouts in the run: rows × repeats. */
-  readonly total: number;
-  /** Rollouts with an output row (this session and earlier ones). */
-  readonly ended: number;
-  readonly finished: number;
-  readonly failed: number;
-  readonly inFlight: number;
-  /** Rows fenced after a lost reply, waiting for the retire before they are sent again. */
-  readonly fencing: number;
-  /** Rollouts ended per second in this session. */
-  readonly rate: number;
-  /** Seconds to the end at that rate, or null before any rollout ended. */
-  readonly etaSeconds: number | null;
-  /** Mean reward over every output row with a reward, or null. */
-  readonly meanReward: number | null;
-  readonly checkpoints: {
-    readonly published: number;
-    readonly missed: number;
-    readonly failed: number;
-  };
-  readonly lastCheckpoint: (CheckpointOutcome & { readonly at: string }) | null;
-  readonly elapsedSeconds: number;
-}
-
-/** How a run ended. */
-export interface CollectSummary extends CollectProgress {
-  /**
-   * `complete`: every rollout has its row; `stopped`: stopped by {@link Collection.stop};
-   * `failing`: stopped because rollouts kept failing the same way ({@link failureStreak}).
-   */
-  readonly status: "complete" | "stopped" | "failing";
-  /** How the rollouts that stopped a `failing` run failed; null otherwise. */
-  readonly failureStreak: FailureStreak | null;
-  readonly output: string;
-  readonly checkpointDir: string | null;
-  /** Rows restored from the latest checkpoint at the start of this session. */
-  readonly restored: number;
-  /** Rows fenced and sent again (at the start and after lost replies). */
-  readonly fenced: number;
-  /** Whether the stop published a checkpoint. */
-  readonly stopCheckpoint: boolean | null;
-}
-
-/** A usage problem found before anything was sent. */
-export class CollectError extends Error {
-  override readonly name = "CollectError";
-  constructor(
-    message: string,
-    /** What to do about it. */
-    readonly hint?: string,
-  ) {
-    super(message);
-  }
-}
 
 /** A rollout waiting to be sent (again). */
 interface Pending {
@@ -221,16 +65,13 @@ interface Pending {
   readonly lost: number;
 }
 
-const DEFAULT_STEP_TIMEOUT_MS = 60_000;
-/** Rollouts per retire or forget call. */
-const CONTROL_BATCH = 1_000;
-
 /** A collection run; {@link Collection.start} opens one, {@link done} is its end. */
 export class Collection {
   readonly #options: CollectOptions;
   readonly #log: Logger;
   readonly #dir: CollectionDir | null;
-  readonly #participants: Participants | null;
+  /** The coordination steps, or null when the deployment does not checkpoint. */
+  readonly #steps: CollectionSteps | null;
   readonly #concurrency: number;
   readonly #repeats: number;
   readonly #maxAttempts: number;
@@ -263,16 +104,9 @@ export class Collection {
   #stopping = false;
   #stopCheckpoint: boolean | null = null;
   readonly #abort = new AbortController();
-  readonly #reachAbort = new AbortController();
   readonly #checkpointLock = new Mutex();
-  /**
-   * Participants that did not answer a checkpoint (their host is down or frozen), each with the
-   * checkpoint IDs it has yet to be resumed from. While any is here no checkpoint is taken (it
-   * would only fail the same way, with dispatch paused), and {@link #reach} resumes them in the
-   * background until they answer.
-   */
-  readonly #unanswered = new Map<string, Set<string>>();
-  #reaching: Promise<void> | null = null;
+  /** Participants that did not answer a checkpoint: none is taken while any is silent. */
+  readonly #silent: SilentParticipants;
   #checkpointSeq = 0;
   #timer: NodeJS.Timeout | null = null;
   readonly #counts = { published: 0, missed: 0, failed: 0 };
@@ -286,20 +120,37 @@ export class Collection {
   private constructor(options: CollectOptions) {
     this.#options = options;
     this.#log = options.logger ?? pino({ level: "silent" });
-    this.#participants = options.participants;
+    const participants = options.participants;
+    this.#steps =
+      participants === null
+        ? null
+        : {
+            participants,
+            deployment: options.client.deployment,
+            deadline: () => this.#deadline(),
+          };
+    this.#silent = new SilentParticipants({
+      deadline: () => this.#deadline(),
+      reachable: (servers) => this.#emit({ type: "reachable", servers }),
+      logger: this.#log,
+    });
     this.#dir =
       options.checkpointDir === undefined ? null : new CollectionDir(options.checkpointDir);
-    this.#concurrency = positive(options.concurrency ?? 16, "concurrency");
-    this.#repeats = positive(options.repeats ?? 1, "repeats");
-    this.#maxAttempts = positive(options.maxAttempts ?? 3, "maxAttempts");
-    this.#maxFailures = nonNegative(options.maxFailures ?? DEFAULT_MAX_FAILURES, "maxFailures");
-    this.#stepMs = positive(options.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS, "stepTimeoutMs");
+    const limits = collectLimits(options);
+    this.#concurrency = limits.concurrency;
+    this.#repeats = limits.repeats;
+    this.#maxAttempts = limits.maxAttempts;
+    this.#maxFailures = limits.maxFailures;
+    this.#stepMs = limits.stepTimeoutMs;
     this.#rowOptions = {
       routeField: options.routeField ?? "environment",
       ...(options.taskset === undefined ? {} : { taskset: options.taskset }),
     };
-    this.#defaultEnvironment = this.#pickEnvironment();
-    if (this.#dir !== null && this.#participants === null) {
+    this.#defaultEnvironment = pickEnvironment(
+      options.client.deployment.servers,
+      options.environment,
+    );
+    if (this.#dir !== null && this.#steps === null) {
       throw new CollectError(
         "checkpoints need a deployment with checkpointing on",
         "turn it on in the deployment file (checkpoint: {enabled: true, ...}), or drop --checkpoint-dir",
@@ -330,26 +181,6 @@ export class Collection {
   /** The run's ID (the prefix of every rollout ID). */
   get runId(): string {
     return this.#runId;
-  }
-
-  #pickEnvironment(): string {
-    const servers = this.#options.client.deployment.servers;
-    const environments = environmentServers(servers);
-    const named = this.#options.environment;
-    if (named !== undefined) {
-      if (!environments.includes(named)) {
-        throw unknownEnvironment(
-          `--environment names ${JSON.stringify(named)}`,
-          named,
-          servers,
-          environments,
-          "pass one of them",
-        );
-      }
-      return named;
-    }
-    if (environments.length === 1) return environments[0] as string;
-    return "";
   }
 
   async #open(): Promise<void> {
@@ -403,7 +234,12 @@ export class Collection {
         ...plan.fence.map((entry) => entry.row),
       ]);
       const scanned = await scanTaskFile(options.input, this.#rowOptions, keep);
-      this.#checkEnvironments(scanned);
+      checkEnvironments(scanned, {
+        servers: options.client.deployment.servers,
+        defaultEnvironment: this.#defaultEnvironment,
+        routeField: this.#rowOptions.routeField,
+        input: options.input,
+      });
       if (run !== null && (run.input_digest !== scanned.digest || run.repeats !== this.#repeats)) {
         throw new CollectError(
           `the input or --repeats changed since run ${run.run_id} started`,
@@ -426,8 +262,9 @@ export class Collection {
           repeats: this.#repeats,
         });
       }
-      if (this.#participants !== null) {
-        await this.#recoverOpenCheckpoints();
+      if (this.#steps !== null) {
+        const recovered = await recoverOpenCheckpoints(this.#steps, this.#stepMs);
+        if (recovered.length > 0) this.#emit({ type: "recovered", checkpointIds: recovered });
         this.#fencer = new Fencer<Pending>({
           retire: async (episodes) => await this.#retireEverywhere(episodes),
           settled: (pending, fenced) => this.#afterFence(pending, fenced),
@@ -448,48 +285,12 @@ export class Collection {
     }
   }
 
-  #checkEnvironments(scanned: TaskFileSummary): void {
-    const servers = this.#options.client.deployment.servers;
-    const environments = environmentServers(servers);
-    const unrouted = scanned.unrouted;
-    for (const name of scanned.environments) {
-      if (servers[name]?.kind !== "environment") {
-        const line = scanned.firstLines.get(name);
-        throw unknownEnvironment(
-          `rows name ${JSON.stringify(name)} in "${this.#rowOptions.routeField}"${line === undefined ? "" : ` (first at ${this.#options.input}:${line})`}`,
-          name,
-          servers,
-          environments,
-          `fix the rows' "${this.#rowOptions.routeField}" (or drop it and pass --environment NAME)`,
-        );
-      }
-    }
-    if (this.#defaultEnvironment === "" && unrouted > 0) {
-      throw new CollectError(
-        `${unrouted} rows name no environment server, and the deployment has several`,
-        `pass --environment NAME, or name one in each row's "${this.#rowOptions.routeField}"`,
-      );
-    }
-  }
-
-  /** Aborts checkpoints a dead controller left open (participants refuse retire meanwhile). */
-  async #recoverOpenCheckpoints(): Promise<void> {
-    const participants = this.#participants as Participants;
-    const replies = await status(participants, this.#stepMs);
-    const open = new Set<string>();
-    for (const reply of Object.values(replies)) {
-      if (reply.phase !== "idle" && reply.checkpoint_id !== null) open.add(reply.checkpoint_id);
-    }
-    for (const id of open) await resume(participants, id, this.#deadline());
-    if (open.size > 0) this.#emit({ type: "recovered", checkpointIds: [...open].sort() });
-  }
-
   async #restore(
     manifest: CollectionManifest,
     entries: readonly RowEpisode[],
     rows: ReadonlyMap<number, TaskRow>,
   ): Promise<void> {
-    const participants = this.#participants as Participants;
+    const steps = this.#steps as CollectionSteps;
     const dir = this.#dir as CollectionDir;
     const episodes = entries.map((entry) => episodeId(entry.rollout_id, entry.attempt));
     try {
@@ -500,22 +301,7 @@ export class Collection {
           [ATTR.checkpointId]: manifest.checkpoint_id,
           [ATTR.rows]: entries.length,
         },
-        async () => {
-          // Refused here, naming who wrote what is missing, rather than by each participant.
-          await checkRestoreShared(
-            this.#options.client.deployment,
-            dir.checkpointDir(manifest.checkpoint_id),
-            participants.members,
-            manifest.writers,
-          );
-          await restore(participants, {
-            checkpointId: manifest.checkpoint_id,
-            checkpointDir: dir.checkpointDir(manifest.checkpoint_id),
-            episodeIds: episodes,
-            deadlineTs: this.#deadline(),
-          });
-          await resume(participants, manifest.checkpoint_id, this.#deadline());
-        },
+        async () => await restoreCheckpoint(steps, dir, manifest, episodes),
       );
     } catch (error) {
       // All or nothing: the restore's own rollback retired what it could; the rows start over
@@ -557,7 +343,7 @@ export class Collection {
     fenced: readonly { row: number; repeat: number; episode: EpisodeId }[],
     rows: ReadonlyMap<number, TaskRow>,
   ): Promise<void> {
-    if (this.#participants !== null) {
+    if (this.#steps !== null) {
       await this.#retireEverywhere(fenced.map((entry) => entry.episode));
     }
     for (const entry of fenced) {
@@ -588,17 +374,10 @@ export class Collection {
 
   /** Retires `episodes` everywhere, in batches; waits for a running checkpoint first. */
   async #retireEverywhere(episodes: readonly EpisodeId[]): Promise<void> {
-    const participants = this.#participants as Participants;
-    await this.#checkpointLock.runExclusive(async () => {
-      for (let i = 0; i < episodes.length; i += CONTROL_BATCH) {
-        await retire(
-          participants,
-          this.#controlId("retire"),
-          episodes.slice(i, i + CONTROL_BATCH),
-          this.#deadline(),
-        );
-      }
-    });
+    const steps = this.#steps as CollectionSteps;
+    await this.#checkpointLock.runExclusive(
+      async () => await retireInBatches(steps, () => this.#controlId("retire"), episodes),
+    );
   }
 
   #deadline(): number {
@@ -639,8 +418,7 @@ export class Collection {
       if (this.#timer !== null) clearInterval(this.#timer);
       await this.#checkpointLock.runExclusive(() => undefined);
       // Nothing is left to checkpoint: a participant still silent resumes at its lease expiry.
-      this.#reachAbort.abort();
-      await this.#reaching;
+      await this.#silent.close();
       await this.#closeFiles();
     }
     return {
@@ -865,19 +643,13 @@ export class Collection {
   }
 
   async #forgetEverything(): Promise<void> {
-    if (this.#participants === null || this.#forget.size === 0) return;
+    const steps = this.#steps;
+    if (steps === null || this.#forget.size === 0) return;
     const ids = [...this.#forget].sort();
     try {
-      await this.#checkpointLock.runExclusive(async () => {
-        for (let i = 0; i < ids.length; i += CONTROL_BATCH) {
-          await forget(
-            this.#participants as Participants,
-            this.#controlId("forget"),
-            ids.slice(i, i + CONTROL_BATCH),
-            this.#deadline(),
-          );
-        }
-      });
+      await this.#checkpointLock.runExclusive(
+        async () => await forgetInBatches(steps, () => this.#controlId("forget"), ids),
+      );
     } catch (error) {
       this.#log.warn({ err: error }, "forgetting the run's retired rollouts failed");
     }
@@ -920,14 +692,17 @@ export class Collection {
   }
 
   async #checkpoint(stop: boolean): Promise<CheckpointOutcome> {
-    const participants = this.#participants;
+    const steps = this.#steps;
     const dir = this.#dir;
-    if (participants === null || dir === null) {
+    if (steps === null || dir === null) {
       return { status: "unavailable", reason: "no --checkpoint-dir" };
     }
     if (this.#stopping) return { status: "unavailable", reason: "the run is stopping" };
-    if (this.#unanswered.size > 0) {
-      return { status: "unavailable", reason: this.#unansweredReason() };
+    if (this.#silent.size > 0) {
+      return {
+        status: "unavailable",
+        reason: this.#silent.reason(this.#options.client.deployment),
+      };
     }
     return await this.#checkpointLock.runExclusive(async () => {
       const id = this.#controlId(`c${++this.#checkpointSeq}`);
@@ -935,7 +710,7 @@ export class Collection {
         "gym.collect.checkpoint",
         { [ATTR.runId]: this.#runId, [ATTR.checkpointId]: id },
         async (span) => {
-          const outcome = await this.#checkpointLocked(id, stop, participants, dir);
+          const outcome = await this.#checkpointLocked(id, stop, steps, dir);
           span.setAttribute("nemo.gym.collect.outcome", outcome.status);
           return outcome;
         },
@@ -946,177 +721,51 @@ export class Collection {
   async #checkpointLocked(
     id: string,
     stop: boolean,
-    participants: Participants,
+    steps: CollectionSteps,
     dir: CollectionDir,
   ): Promise<CheckpointOutcome> {
-    {
-      const started = performance.now();
-      this.#paused = true;
-      this.#resumed = deferred();
-      let outcome: CheckpointOutcome;
-      let published = false;
-      let failure: unknown = null;
-      // Taken with dispatch paused: every row sent from now on waits for the resume.
-      const rows = [
-        ...new Map(
-          [...this.#restoredWaiting.values(), ...this.#inFlight.values()].map((row) => [
-            row.episode.rollout_id,
-            row,
-          ]),
-        ).values(),
-      ];
-      try {
-        const prepared = await prepare(participants, id, this.#deadline());
-        if (!prepared.prepared) {
-          outcome = {
-            status: "missed",
-            checkpointId: id,
-            blockers: prepared.blockers(),
-            pauseMs: 0,
-          };
-        } else {
-          const scope = prepared.continued(rows.map((row) => row.episode));
-          const inScope = new Set(scope.map((episode) => episode.rollout_id));
-          const replies = await commit(participants, {
-            checkpointId: id,
-            checkpointDir: dir.checkpointDir(id),
-            episodeIds: scope,
-            deadlineTs: this.#deadline(),
-            ...(stop ? { stop: true } : {}),
-          });
-          // Published only if this machine sees what every participant wrote from its own.
-          await checkCommitShared(this.#options.client.deployment, dir.checkpointDir(id), replies);
-          const entry = (row: Pending): RowEpisode => ({
-            rollout_id: row.episode.rollout_id,
-            attempt: row.episode.attempt,
-            row: row.row.index,
-            repeat: row.repeat,
-          });
-          const manifest: CollectionManifest = {
-            format: 1,
-            run_id: this.#runId,
-            session: this.#session,
-            checkpoint_id: id,
-            created_at: new Date().toISOString(),
-            continued: rows.filter((row) => inScope.has(row.episode.rollout_id)).map(entry),
-            restarted: rows.filter((row) => !inScope.has(row.episode.rollout_id)).map(entry),
-            writers: writersOf(replies),
-          };
-          await dir.publish(manifest);
-          published = true;
-          outcome = {
-            status: "published",
-            checkpointId: id,
-            continued: manifest.continued.length,
-            restarted: manifest.restarted.length,
-            pauseMs: 0,
-          };
-        }
-      } catch (error) {
-        this.#log.warn({ err: error }, "the checkpoint failed");
-        outcome = {
-          status: "failed",
-          checkpointId: id,
-          error: (error as Error).message,
-          pauseMs: 0,
-        };
-        failure = error;
-      }
-      if (!(stop && published)) await this.#resumeAfter(participants, id, failure);
-      outcome = { ...outcome, pauseMs: performance.now() - started };
-      this.#count(outcome);
-      if (!stop) {
-        this.#paused = false;
-        this.#resumed.resolve();
-      }
-      this.#emit({ type: "checkpoint", outcome });
-      return outcome;
-    }
-  }
-
-  /**
-   * Resumes checkpoint `id` everywhere after it ended. A participant that let the failed step's
-   * deadline pass without a word is not waited for again here (its host is down or frozen: the
-   * pause would last another step); it and any that the resume cannot reach are resumed in the
-   * background until they answer ({@link #reach}), so a host that comes back does not keep the
-   * checkpoint's admission closed until its lease expires.
-   */
-  async #resumeAfter(participants: Participants, id: string, failure: unknown): Promise<void> {
-    const silent = new Set<string>();
-    if (failure instanceof UnreachableParticipantsError) {
-      for (const [name, where] of Object.entries(failure.unreachable)) {
-        if (where.reason === "timeout") silent.add(name);
-      }
-    }
-    const answering = participants.members.filter((member) => !silent.has(member.name));
+    const started = performance.now();
+    this.#paused = true;
+    this.#resumed = deferred();
+    let outcome: CheckpointOutcome;
+    let failure: unknown = null;
+    // Taken with dispatch paused: every row sent from now on waits for the resume.
+    const rows = [
+      ...new Map(
+        [...this.#restoredWaiting.values(), ...this.#inFlight.values()].map((row) => [
+          row.episode.rollout_id,
+          row,
+        ]),
+      ).values(),
+    ];
     try {
-      if (answering.length > 0) {
-        await resume({ ...participants, members: answering }, id, this.#deadline());
-      }
+      outcome = await takeCheckpoint(
+        steps,
+        { dir, runId: this.#runId, session: this.#session },
+        id,
+        rows,
+        stop,
+      );
     } catch (error) {
-      this.#log.warn({ err: error }, "resuming after the checkpoint failed");
-      if (error instanceof UnreachableParticipantsError) {
-        for (const name of Object.keys(error.unreachable)) silent.add(name);
-      }
-      // A participant that refused the resume answers: it resumes on its own at lease expiry.
+      this.#log.warn({ err: error }, "the checkpoint failed");
+      outcome = {
+        status: "failed",
+        checkpointId: id,
+        error: (error as Error).message,
+        pauseMs: 0,
+      };
+      failure = error;
     }
-    for (const name of silent) {
-      const ids = this.#unanswered.get(name) ?? new Set<string>();
-      ids.add(id);
-      this.#unanswered.set(name, ids);
+    const published = outcome.status === "published";
+    if (!(stop && published)) await this.#silent.resumeAfter(steps.participants, id, failure);
+    outcome = { ...outcome, pauseMs: performance.now() - started };
+    this.#count(outcome);
+    if (!stop) {
+      this.#paused = false;
+      this.#resumed.resolve();
     }
-    if (this.#unanswered.size > 0) this.#reaching ??= this.#reach(participants);
-  }
-
-  /**
-   * Resumes the checkpoints each silent participant missed, with a growing back-off, until it
-   * answers (any reply: a refusal says the host is back too) or the run ends.
-   */
-  async #reach(participants: Participants): Promise<void> {
-    let backoffMs = 500;
-    try {
-      while (this.#unanswered.size > 0 && !this.#reachAbort.signal.aborted) {
-        const back: string[] = [];
-        await Promise.all(
-          [...this.#unanswered].map(async ([name, ids]) => {
-            const member = participants.members.filter((m) => m.name === name);
-            for (const id of [...ids]) {
-              try {
-                await resume({ ...participants, members: member }, id, this.#deadline());
-              } catch (error) {
-                if (!answered(error)) return;
-                this.#log.warn({ err: error, server: name }, "a late resume was refused");
-              }
-              ids.delete(id);
-            }
-            this.#unanswered.delete(name);
-            back.push(name);
-          }),
-        );
-        if (back.length > 0) {
-          this.#log.info({ servers: back }, "participants answer again");
-          this.#emit({ type: "reachable", servers: back.sort() });
-          backoffMs = 500;
-        }
-        if (this.#unanswered.size === 0) break;
-        await pause(backoffMs, this.#reachAbort.signal);
-        backoffMs = Math.min(backoffMs * 2, 10_000);
-      }
-    } finally {
-      this.#reaching = null;
-    }
-  }
-
-  /** Why no checkpoint is taken while participants are silent, naming them and their hosts. */
-  #unansweredReason(): string {
-    const deployment = this.#options.client.deployment;
-    const names = [...this.#unanswered.keys()].sort();
-    const shown = names.map((name) => locatedName(name, locateServer(deployment, name)));
-    const hosts = [...new Set(names.map((name) => locateServer(deployment, name).host))].sort();
-    return (
-      `${shown.join(", ")} did not answer the last checkpoint (is host ${hosts.join(", ")} down or frozen?); ` +
-      "none is taken until it answers, and the last published one stays"
-    );
+    this.#emit({ type: "checkpoint", outcome });
+    return outcome;
   }
 
   #count(outcome: CheckpointOutcome): void {
@@ -1157,32 +806,6 @@ export class Collection {
   }
 }
 
-/**
- * What to say when every participant refused to restore checkpoint `id` as one it already
- * resumed: the servers are the processes that took it and kept running after the collector was
- * lost. The contract restores only into fresh processes (a policy model that has served calls
- * refuses any restore), so the rows start over; restarting the servers first would continue them.
- */
-function outlivedCollector(error: unknown, id: string): string | null {
-  if (!(error instanceof CoordinationError)) return null;
-  const codes = Object.values(error.codes());
-  const failed = Object.keys(error.failures).length;
-  if (failed === 0 || codes.length !== failed || codes.some((c) => c !== "stale_checkpoint")) {
-    return null;
-  }
-  return (
-    `the servers are the processes that took checkpoint ${id} and resumed it (every one refused ` +
-    "409 stale_checkpoint): they outlived the previous collector, and a restore needs freshly " +
-    "started servers (restart them before --resume to continue such rows from their boundaries)"
-  );
-}
-
-/** Whether a participant's resume failed because it answered (refused), not for silence. */
-function answered(error: unknown): boolean {
-  if (!(error instanceof UnreachableParticipantsError)) return true;
-  return Object.keys(error.unreachable).length === 0;
-}
-
 function noReply(message: string, attempts: number): RowFailure {
   return {
     kind: "no_reply",
@@ -1190,65 +813,6 @@ function noReply(message: string, attempts: number): RowFailure {
     status: null,
     message: `${message} (${attempts} attempt(s) without a reply)`,
   };
-}
-
-/** The names of the deployment's environment servers, sorted. */
-function environmentServers(
-  servers: Readonly<Record<string, { readonly kind: string }>>,
-): string[] {
-  return Object.keys(servers)
-    .filter((name) => servers[name]?.kind === "environment")
-    .sort();
-}
-
-/** A server name that is not an environment server: what it is, and what the deployment has. */
-function unknownEnvironment(
-  what: string,
-  name: string,
-  servers: Readonly<Record<string, { readonly kind: string }>>,
-  environments: readonly string[],
-  todo: string,
-): CollectError {
-  const kind = servers[name]?.kind;
-  const problem =
-    kind === undefined
-      ? `the deployment has no server ${JSON.stringify(name)}${didYouMean(name, environments)}`
-      : `${JSON.stringify(name)} is a ${kind} server, not an environment server`;
-  return new CollectError(
-    `${what}: ${problem}`,
-    environments.length === 0
-      ? "the deployment has no environment server: add one to the deployment file"
-      : `its environment servers: ${environments.join(", ")}; ${todo}`,
-  );
-}
-
-function nonNegative(value: number, name: string): number {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new CollectError(`${name} must be a whole number (0 or more), got ${value}`);
-  }
-  return value;
-}
-
-function positive(value: number, name: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new CollectError(`${name} must be a positive integer, got ${value}`);
-  }
-  return value;
-}
-
-/** Waits `ms` unless `signal` aborts first (a back-off, never a synchronisation). */
-async function pause(ms: number, signal: AbortSignal): Promise<void> {
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 }
 
 /** Runs a collection to its end (see {@link Collection}). */

@@ -75,6 +75,24 @@ export function sleep(
   });
 }
 
+/**
+ * Resolves after `ms`, or at once when `signal` aborts (never rejects): a back-off that a stop
+ * cuts short, never a synchronisation. The timer keeps the process alive.
+ */
+export async function pause(ms: number, signal: AbortSignal): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
 /** The outcome of {@link awaitUntil}: the value, or that the deadline fired first. */
 export type Bounded<T> = { done: true; value: T } | { done: false };
 

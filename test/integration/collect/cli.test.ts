@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { EXIT_FAILING } from "#sdk/collect/collector.js";
+import { EXIT_FAILING } from "#sdk/collect/collect-report.js";
 import { runGym, writeRunState, type GymOutcome } from "../../support/gym-in-process.js";
 import { StubDeployment } from "./stub-deployment.js";
 

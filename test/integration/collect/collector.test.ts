@@ -7,7 +7,8 @@ import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "n
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Collection, collect, type CollectOptions } from "#sdk/collect/collector.js";
+import type { CollectOptions } from "#sdk/collect/collect-options.js";
+import { Collection, collect } from "#sdk/collect/collector.js";
 import type { RolloutRow } from "#sdk/collect/rollout-row.js";
 import { StubDeployment, writeTasks, type ReceivedRun } from "./stub-deployment.js";
 

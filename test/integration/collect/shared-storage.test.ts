@@ -8,12 +8,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  Collection,
-  collect,
-  type CollectEvent,
-  type CollectOptions,
-} from "#sdk/collect/collector.js";
+import type { CollectOptions } from "#sdk/collect/collect-options.js";
+import type { CollectEvent } from "#sdk/collect/collect-report.js";
+import { Collection, collect } from "#sdk/collect/collector.js";
 import type { Participants } from "#sdk/client/coordination.js";
 import { ServerClient } from "#sdk/client/server-client.js";
 import {

@@ -14,7 +14,7 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument, stringify, visit, type Scalar } from "yaml";
-import { EXIT_FAILING, EXIT_PREEMPTED } from "../../collect/collector.js";
+import { EXIT_FAILING, EXIT_PREEMPTED } from "../../collect/collect-report.js";
 import { TelemetrySettingsSchema } from "../../wire/settings.js";
 import { loadDeploymentFile, type LoadedDeployment } from "../load.js";
 import { locate } from "../positions.js";
