@@ -11,7 +11,7 @@ import {
   LedgerImportError,
   RolloutRetiredError,
 } from "#sdk/capture/ledger/errors.js";
-import type { LedgerImport } from "#sdk/capture/ledger/capture-ledger.js";
+import type { LedgerImport } from "#sdk/capture/ledger/import-plan.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   custodyRow,

@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { InvalidLedgerKeyError, RolloutRetiredError } from "#sdk/capture/ledger/errors.js";
-import { FENCE_WINDOW } from "#sdk/capture/ledger/capture-ledger.js";
+import { FENCE_WINDOW } from "#sdk/capture/ledger/fence-window.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import {
   custodyRow,

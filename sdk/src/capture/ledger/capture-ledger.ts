@@ -1,15 +1,10 @@
 import { open, readdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
-import { attemptOf, captureKey, type EpisodeId } from "../../identity/episode-id.js";
+import type { EpisodeId } from "../../identity/episode-id.js";
 import { fsyncDir } from "../../store/fs-sync.js";
 import { makeDirectories, isCode } from "../../store/safe-fs.js";
-import {
-  InvalidLedgerRowError,
-  LedgerConflictError,
-  LedgerImportError,
-  RolloutRetiredError,
-} from "./errors.js";
+import { InvalidLedgerRowError, LedgerConflictError, RolloutRetiredError } from "./errors.js";
 import {
   LEDGER_FILE_KINDS,
   captureFileName,
@@ -19,6 +14,8 @@ import {
 } from "./files.js";
 import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
 import { readFenceLists, removeFenceLists, writeFenceList } from "./fence-lists.js";
+import { FENCE_WINDOW, attemptKeysThrough } from "./fence-window.js";
+import { planImport, type ImportPlan, type LedgerImport } from "./import-plan.js";
 import { KeyedMutex } from "../../util/keyed-mutex.js";
 import { failpoint } from "../../util/failpoints.js";
 import { Mutex } from "../../util/mutex.js";
@@ -33,14 +30,7 @@ import {
 import { RolloutIndex } from "./rollout-index.js";
 import { RowCache } from "./row-cache.js";
 import { RegistryUnavailableError, WriterRegistry } from "./writer-registry.js";
-import {
-  checkRow,
-  checkRowShape,
-  decodeRowLine,
-  encodeRowLine,
-  type LedgerRow,
-  type LedgerRowInput,
-} from "./row-codec.js";
+import { decodeRowLine, encodeRowLine, type LedgerRow, type LedgerRowInput } from "./row-codec.js";
 import { stampRows } from "./stamp.js";
 
 /** Options of a {@link CaptureLedger}. */
@@ -75,27 +65,6 @@ export interface LedgerRemoval {
  * `discarded` it because the attempt is retired.
  */
 export type RecordOutcome = "appended" | "unchanged" | "discarded";
-
-/** One restored episode of an import batch. */
-export interface LedgerImport {
-  /** The replacement attempt's key, `<rollout>-a<T>`; its ledger becomes exactly `rows`. */
-  readonly targetKey: string;
-  /** The checkpointed attempt's key (an earlier attempt of the same rollout). */
-  readonly sourceKey: string;
-  /** The checkpointed rows, in order; stamped with `sourceKey` when the ledger is written. */
-  readonly rows: readonly LedgerRowInput[];
-  /**
-   * The EpisodeIds the keys were made from, when the caller has them: a key that is the capture
-   * key of its EpisodeId needs no parsing (a restore imports thousands). A key that is not is
-   * parsed and checked as if these were absent.
-   */
-  readonly episodes?: { readonly target: EpisodeId; readonly source: EpisodeId };
-  /**
-   * The rows are known to hold only standard JSON (decoded natively from a checkpoint, see
-   * `readAsStandardJson`): their values are not walked again, only their shape is checked.
-   */
-  readonly rowsStandardJson?: boolean;
-}
 
 /** What an import batch did. */
 export interface LedgerImportResult {
@@ -860,43 +829,6 @@ export class CaptureLedger {
   }
 }
 
-/**
- * How many of a rollout's latest attempts a retire fences whether or not they left files.
- *
- * Why: an attempt number is any safe integer, and fencing every attempt `0..N` of a retire
- * naming attempt 10^8 would create 10^8 files (and exhaust memory listing them first). A
- * rollout is restored once per attempt, so real retires stay far inside the window and fence
- * exactly `0..N`. Past it, an older attempt that left no file gets no fence; a late call of it
- * is still refused by every process's retired marks, which cover every attempt up to `N`.
- */
-export const FENCE_WINDOW = 1024;
-
-/**
- * The capture keys to fence for episodes: attempts `0..e.attempt` of each, or, for an attempt
- * past {@link FENCE_WINDOW}, the window's attempts and the earlier ones with files in `index`
- * (required then).
- */
-function attemptKeysThrough(
-  episodes: Iterable<EpisodeId>,
-  index: RolloutIndex | null = null,
-): string[] {
-  const keys: string[] = [];
-  for (const episode of episodes) {
-    const windowStart = Math.max(0, episode.attempt - FENCE_WINDOW + 1);
-    if (windowStart > 0) {
-      if (index === null) throw new Error("a listing is needed past the fence window");
-      const below = index.attemptsOf(episode.rollout_id).filter((a) => a < windowStart);
-      for (const attempt of below.sort((a, b) => a - b)) {
-        keys.push(captureKey(attemptOf(episode, attempt)));
-      }
-    }
-    for (let attempt = windowStart; attempt <= episode.attempt; attempt++) {
-      keys.push(captureKey(attemptOf(episode, attempt)));
-    }
-  }
-  return keys;
-}
-
 /** Keys per batch of {@link CaptureLedger.settleDeferred}: one directory fsync each. */
 const SETTLE_BATCH_KEYS = 1024;
 
@@ -906,57 +838,4 @@ function partition(batch: readonly string[], removed: readonly boolean[]): Ledge
     removed: batch.filter((_, i) => removed[i] === true),
     absent: batch.filter((_, i) => removed[i] !== true),
   };
-}
-
-interface ImportPlan {
-  readonly targetKey: string;
-  readonly sourceKey: string;
-  readonly target: EpisodeId;
-  readonly source: EpisodeId;
-  /** The target ledger's rows, checked; stamped with `sourceKey` when the file is written. */
-  readonly rows: readonly LedgerRowInput[];
-}
-
-/**
- * The episode `key` names: `given` itself when `key` is its capture key (an EpisodeId is valid
- * by construction, so no parse is needed), else the key parsed and checked.
- */
-function episodeOfKey(key: string, given: EpisodeId | undefined): EpisodeId {
-  return given !== undefined && typeof key === "string" && captureKey(given) === key
-    ? given
-    : ledgerEpisode(key);
-}
-
-/** Validates an import batch whole and encodes its ledgers, before any file is touched. */
-function planImport(targets: readonly LedgerImport[]): ImportPlan[] {
-  const rollouts = new Set<string>();
-  return targets.map(({ targetKey, sourceKey, rows, episodes, rowsStandardJson }) => {
-    const target = episodeOfKey(targetKey, episodes?.target);
-    const source = episodeOfKey(sourceKey, episodes?.source);
-    if (target.rollout_id !== source.rollout_id || target.attempt <= source.attempt) {
-      throw new LedgerImportError(
-        `cannot import '${sourceKey}' as '${targetKey}': the target must be a later attempt of the same rollout`,
-      );
-    }
-    if (rollouts.has(target.rollout_id)) {
-      throw new LedgerImportError(
-        `the import names rollout '${target.rollout_id}' twice; restore each rollout once`,
-      );
-    }
-    rollouts.add(target.rollout_id);
-    // Checked now, so a bad row fails the import before anything changes; stamped and encoded
-    // when written. The stamp only sets a string field, so it cannot make a checked row fail,
-    // but it replaces an own `capture_key: undefined`, which the check alone would refuse.
-    for (const row of rows) {
-      const undefinedStamp =
-        typeof row === "object" &&
-        row !== null &&
-        "capture_key" in row &&
-        row.capture_key === undefined;
-      const checked = undefinedStamp ? stampRows([row], sourceKey)[0] : row;
-      if (rowsStandardJson === true) checkRowShape(targetKey, checked);
-      else checkRow(targetKey, checked);
-    }
-    return { targetKey, sourceKey, target, source, rows };
-  });
 }
