@@ -14,7 +14,6 @@ import {
   type EpisodeId,
 } from "../identity/episode-id.js";
 import { captureKeySet, captureKeysOf } from "../identity/scope-keys.js";
-import type { JsonValue } from "../json/json-value.js";
 import { compareStrings } from "../util/compare-strings.js";
 import type { ParticipantKind, PrepareReport } from "../wire/control.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
@@ -25,9 +24,14 @@ import type { SpanningParticipant } from "../control/control-plane.js";
 import { claimKeyOf, identityOf, type WorkerParticipant } from "./kind-hooks.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
-import { FrameBytes } from "./frame-channel.js";
+import { FrameBytes, type FrameValue } from "./frame-codec.js";
 import { placeOwners } from "./owner-placement.js";
-import { ownerOfRecord, type JoinState, type WorkerReport } from "./worker-messages.js";
+import {
+  ownerOfRecord,
+  type InstallHead,
+  type JoinState,
+  type WorkerReport,
+} from "./worker-messages.js";
 import type { Member, WorkerPool } from "./worker-pool.js";
 
 const NEWLINE = Buffer.from("\n");
@@ -117,7 +121,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
   }
 
   /** Answers a worker's message of its participant's own; the generic one knows none. */
-  protected onWorkerMessage(_member: Member, kind: string, _body: JsonValue): unknown {
+  protected onWorkerMessage(_member: Member, kind: string, _body: FrameValue): unknown {
     throw new Error(`unknown message '${kind}' from a worker`);
   }
 
@@ -142,7 +146,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     return {
       accepting: this.#accepting,
       generation: this.#generation,
-      request: this.#request as unknown as JsonValue,
+      request: this.#request,
       marks: [...this.retired.marks()],
       aliases: [...this.#aliases],
       claims: this.#claimable(),
@@ -239,7 +243,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     members.forEach((member, i) => {
       const latest = this.#latestOf(member);
       if (this.#generation === generation && latest.report === null) {
-        latest.report = reports[i] as unknown as PrepareReport;
+        latest.report = reports[i]!;
       }
     });
     this.notify();
@@ -257,7 +261,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     for (const [member, reply] of replies) {
       const latest = this.#latestOf(member);
       if (this.#generation === generation && latest.report === null && reply !== undefined) {
-        latest.report = reply as unknown as PrepareReport;
+        latest.report = reply;
       }
     }
     this.notify();
@@ -320,8 +324,9 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
       () => ({ scope_keys: scopeKeys, encoded }),
       signal,
     );
+    // Encoded, an answer without its lines is refused by `decodeExport`.
     const exported = parts.flatMap((part) =>
-      encoded ? decodeExport(part) : (part as unknown as RecordBase[]),
+      encoded || part instanceof FrameBytes ? decodeExport(part) : part,
     );
     return [...exported, ...held];
   }
@@ -377,6 +382,8 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     signal: AbortSignal,
   ): Promise<void> {
     const placed = this.#holdClaimable(
+      // A decoded line, not validated yet: only the hooks (`claimKey`, `recordIdentity`) read it, and
+      // they check what they read.
       records.map((stored) => [stored.value as unknown as RecordBase, stored]),
       (stored) => this.#prototype.recordFromStored(stored.value, stored.episode_id),
     );
@@ -437,7 +444,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     ownerOf: (item: T) => string,
     scope: readonly EpisodeId[],
     signal: AbortSignal,
-    shareOf: (share: T[], head: Record<string, JsonValue>) => object,
+    shareOf: (share: T[], head: InstallHead) => FrameBytes | { readonly records: RecordBase[] },
   ): Promise<void> {
     const counts = new Map<string, number>(this.#restoredOwners.map((owner) => [owner, 0]));
     for (const item of placed) {
@@ -452,9 +459,9 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
     const shares = new Map<string, T[]>(members.map((member) => [member.routingId, []]));
     for (const item of placed) shares.get(aliases.get(ownerOf(item))!)!.push(item);
     this.#aliases = aliases;
-    const head = {
-      scope_keys: captureKeysOf(scope) as JsonValue,
-      aliases: [...aliases] as unknown as JsonValue,
+    const head: InstallHead = {
+      scope_keys: captureKeysOf(scope),
+      aliases: [...aliases],
       claims: this.#claimable(),
     };
     await this.#pool.callAll(
@@ -470,7 +477,7 @@ export class CoordinatedParticipant extends Participant implements SpanningParti
   override async restoredPending(): Promise<EpisodeId[]> {
     const lists = await this.#pool.callAll("restored_pending", () => ({}));
     const held = [...this.#held.keys()].map(fromCaptureKey);
-    return [...lists.flatMap((list) => list as unknown as EpisodeId[]), ...held];
+    return [...lists.flat(), ...held];
   }
 
   override async deleteRestored(episode: EpisodeId, signal: AbortSignal): Promise<void> {

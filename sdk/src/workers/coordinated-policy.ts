@@ -16,24 +16,19 @@
  *
  * @module
  */
-import type { JsonValue } from "../json/json-value.js";
 import { captureKey, fromCaptureKey, type EpisodeId } from "../identity/episode-id.js";
 import type { CloseAdmissionRequest } from "../control/participant.js";
 import { CoordinatedParticipant } from "./coordinated-participant.js";
 import { mergeStatusExtras } from "./merge-reports.js";
-import type { Member, WorkerPool } from "./worker-pool.js";
+import { bodyOf, type Member, type WorkerPool } from "./worker-pool.js";
+import type { FrameValue } from "./frame-codec.js";
 import { AttemptSet } from "../control/attempt-keys.js";
 import { compareStrings } from "../util/compare-strings.js";
 import type { Manifest, RecordBase } from "../wire/storage.js";
 import type { StoredRecord } from "../store/records-reader.js";
 import { CutBarrier } from "./cut-barrier.js";
-import type { CutCandidate } from "../participants/model/cut-service.js";
-import type {
-  ModelRecord,
-  PolicyParticipant,
-  PolicySnapshot,
-} from "../participants/model/policy-participant.js";
-import type { CutClaimReply } from "./policy-worker.js";
+import type { ModelRecord, PolicyParticipant } from "../participants/model/policy-participant.js";
+import type { CutClaimReply } from "./worker-messages.js";
 import type { CutRecord } from "../participants/model/restored-cuts.js";
 
 /** The participant a multi-worker model server's coordinator runs. */
@@ -56,24 +51,27 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
     this.#policy = prototype;
   }
 
-  protected override onWorkerMessage(member: Member, kind: string, body: JsonValue): unknown {
-    const message = (body ?? {}) as Record<string, unknown>;
+  protected override onWorkerMessage(member: Member, kind: string, body: FrameValue): unknown {
     switch (kind) {
       case "policy_cut": {
         const round = this.#round;
-        const candidates = message.candidates as CutCandidate[];
+        const { candidates } = bodyOf(kind, body);
         // A share that misses its round (a worker closing late) is not cut: its calls regenerate.
         if (round === null) return Promise.resolve({ acks: [] });
         return round.submit(member.index, candidates).then((acks) => ({ acks }));
       }
-      case "policy_claim_cut":
-        return this.#claimCut(message.key as string, message.request_digest as string);
-      case "policy_settle_cut":
-        this.#settleCut(message.key as string, message.record as CutRecord, message.used === true);
+      case "policy_claim_cut": {
+        const { key, request_digest } = bodyOf(kind, body);
+        return this.#claimCut(key, request_digest);
+      }
+      case "policy_settle_cut": {
+        const { key, record, used } = bodyOf(kind, body);
+        this.#settleCut(key, record, used === true);
         return null;
+      }
       case "policy_settle":
         return (async () => {
-          await this.#policy.ledger?.settleKeys(message.keys as string[]);
+          await this.#policy.ledger?.settleKeys(bodyOf(kind, body).keys);
           return null;
         })();
       default:
@@ -152,11 +150,7 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
     signal: AbortSignal,
   ): Promise<RecordBase[]> {
     const snapshots = await this.pool.callAll("policy_snapshot", () => ({}), signal);
-    return await this.#policy.exportFrom(
-      scope,
-      snapshots as unknown as PolicySnapshot[],
-      this.#policy.restoredCuts,
-    );
+    return await this.#policy.exportFrom(scope, snapshots, this.#policy.restoredCuts);
   }
 
   /** A model server's manifest names no session owners: calls are not routed by owner. */
@@ -204,7 +198,7 @@ export class CoordinatedPolicyParticipant extends CoordinatedParticipant {
     if (pending.size === 0) return [];
     const lists = await this.pool.callAll("restored_pending", () => ({}));
     for (const list of lists) {
-      const here = new Set((list as unknown as EpisodeId[]).map(captureKey));
+      const here = new Set(list.map(captureKey));
       for (const key of [...pending]) if (!here.has(key)) pending.delete(key);
     }
     return [...pending].sort(compareStrings).map(fromCaptureKey);

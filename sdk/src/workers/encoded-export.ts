@@ -6,7 +6,6 @@
  * @see docs/workers.md
  */
 import { episodeIdToWire, parseEpisodeId } from "../identity/episode-id.js";
-import type { JsonValue } from "../json/json-value.js";
 import { ENCODED_LINE, encodeRecordLines, type EncodedRecord } from "../store/records-writer.js";
 import { linesOf } from "../util/buffer-parts.js";
 import type { RecordBase } from "../wire/storage.js";
@@ -15,10 +14,7 @@ import { FrameBytes } from "./frame-channel.js";
 /** The records of a worker's export as one block of stored lines, with their episodes. */
 export function encodeExport(records: readonly RecordBase[]): FrameBytes {
   const episodes = records.map((record) => episodeIdToWire(record.episode_id));
-  return new FrameBytes(
-    { episode_ids: episodes as unknown as JsonValue },
-    encodeRecordLines(records),
-  );
+  return new FrameBytes({ episode_ids: episodes }, encodeRecordLines(records));
 }
 
 /**

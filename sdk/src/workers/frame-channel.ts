@@ -9,68 +9,31 @@
  * connection handoff, so a large export would stall accepts.
  */
 import type { Socket } from "node:net";
+import { headOf } from "../util/buffer-parts.js";
 import {
-  DetailError,
-  GymError,
-  InvalidRequestError,
-  type ErrorCode,
-  ERROR_CATALOGUE,
-} from "../errors.js";
-import {
-  decodeJson,
-  encodeJson,
-  jsonValueNeedsExtended,
-  type JsonValue,
-} from "../json/json-value.js";
-import { dropHead, headOf, partsLength } from "../util/buffer-parts.js";
+  decodeFrame,
+  encodeFrame,
+  errorOf,
+  failureOf,
+  fromFrame,
+  toFrame,
+  type BodyOf,
+  type Frame,
+  type FrameValue,
+  type ReplyOf,
+  type Untyped,
+} from "./frame-codec.js";
 
-/**
- * The first byte of a frame's payload: plain JSON, or the store's extended encoding; the same
- * two with raw bytes after the JSON (a 4-byte length of the JSON comes first).
- */
-const PLAIN = 0x4a; // "J"
-const EXTENDED = 0x45; // "E"
-const PLAIN_WITH_BYTES = 0x6a; // "j"
-const EXTENDED_WITH_BYTES = 0x65; // "e"
-
-/**
- * A message body that carries raw bytes next to its JSON `head`: what is already encoded (a
- * worker's exported record lines, a restore's share of stored lines) crosses as it is, with no
- * JSON escaping or parsing on either side. Send one as a call's body or return one from a
- * handler; the peer receives a `FrameBytes` in its place.
- */
-export class FrameBytes {
-  /** The bytes as the buffers they arrived or were built in, in order. */
-  readonly parts: readonly Buffer[];
-
-  /** `bytes`: one buffer, or several sent one after another (never joined on the way). */
-  constructor(
-    readonly head: JsonValue,
-    bytes: Buffer | readonly Buffer[],
-  ) {
-    this.parts = Buffer.isBuffer(bytes) ? [bytes] : bytes;
-  }
-
-  /** How many bytes there are. */
-  get byteLength(): number {
-    return partsLength(this.parts);
-  }
-}
+export { FrameBytes, type FrameValue } from "./frame-codec.js";
 
 /** Largest frame accepted (a whole export travels as one reply). */
 export const MAX_FRAME_BYTES = 1 << 30;
 
 /** A message from the peer; return (or resolve) the reply body. */
-export type FrameHandler = (kind: string, body: JsonValue) => unknown;
-
-/** How a refusal travels. */
-type WireFailure =
-  | { type: "gym"; code: string; detail: string; issues?: JsonValue }
-  | { type: "detail"; status: number; detail: string }
-  | { type: "other"; detail: string };
+export type FrameHandler = (kind: string, body: FrameValue) => unknown;
 
 interface Pending {
-  readonly resolve: (value: JsonValue) => void;
+  readonly resolve: (value: FrameValue) => void;
   readonly reject: (error: Error) => void;
   readonly timer: NodeJS.Timeout | null;
 }
@@ -80,59 +43,11 @@ export class ChannelClosedError extends Error {
   override name = "ChannelClosedError";
 }
 
-function failureOf(error: unknown): WireFailure {
-  // Typed errors may come from another copy of the package: matched by brand, not prototype.
-  if (error instanceof GymError) {
-    const issues = (error as Partial<InvalidRequestError>).issues;
-    return {
-      type: "gym",
-      code: error.code,
-      detail: error.message,
-      ...(Array.isArray(issues)
-        ? { issues: issues.map((issue) => ({ path: issue.path, message: issue.message })) }
-        : {}),
-    };
-  }
-  if (error instanceof DetailError)
-    return { type: "detail", status: error.status, detail: error.detail };
-  return { type: "other", detail: error instanceof Error ? error.message : String(error) };
-}
-
-function errorOf(failure: WireFailure): Error {
-  if (failure.type === "gym" && Object.hasOwn(ERROR_CATALOGUE, failure.code)) {
-    if (failure.code === "invalid_request") {
-      const issues = Array.isArray(failure.issues)
-        ? (failure.issues as { path: (string | number)[]; message: string }[])
-        : [];
-      return new InvalidRequestError(failure.detail, issues);
-    }
-    return new GymError(failure.code as ErrorCode, failure.detail);
-  }
-  if (failure.type === "detail") return new DetailError(failure.status, failure.detail);
-  return new Error(failure.detail);
-}
-
-/** Decodes a frame's payload (its flag byte first), as the chunks it arrived in. */
-function messageOf(payload: readonly Buffer[]): Record<string, JsonValue> {
-  const flag = payload[0]![0];
-  const withBytes = flag === PLAIN_WITH_BYTES || flag === EXTENDED_WITH_BYTES;
-  const jsonEnd = withBytes ? 5 + headOf(payload, 5).readUInt32BE(1) : partsLength(payload);
-  const text = headOf(payload, jsonEnd).toString("utf8", withBytes ? 5 : 1, jsonEnd);
-  const extended = flag === EXTENDED || flag === EXTENDED_WITH_BYTES;
-  const message = (extended ? decodeJson(text) : JSON.parse(text)) as Record<string, JsonValue>;
-  if (withBytes) {
-    // Views of the chunks, not a copy: the socket hands out a new buffer per chunk.
-    const body = new FrameBytes(message.body ?? null, dropHead(payload, jsonEnd));
-    message.body = body as unknown as JsonValue;
-  }
-  return message;
-}
-
 /**
  * One end of a framed channel. Messages are handled in arrival order: a synchronous handler's
  * reply is written before the next message is read, which the coordinator relies on for claims.
  */
-export class FrameChannel {
+export class FrameChannel<Sent extends object = Untyped> {
   readonly #socket: Socket;
   readonly #handler: FrameHandler;
   readonly #pending = new Map<number, Pending>();
@@ -167,11 +82,15 @@ export class FrameChannel {
    * Sends a message and resolves with the peer's reply; a refusal rejects with the same typed
    * error. `timeoutMs` null waits as long as the channel lives.
    */
-  call(kind: string, body: unknown = null, timeoutMs: number | null = 30_000): Promise<JsonValue> {
+  call<K extends keyof Sent & string>(
+    kind: K,
+    body?: BodyOf<Sent, K>,
+    timeoutMs: number | null = 30_000,
+  ): Promise<ReplyOf<Sent, K>> {
     if (this.#closed)
       return Promise.reject(new ChannelClosedError(`cannot send '${kind}': the channel is closed`));
     const id = this.#nextId++;
-    return new Promise<JsonValue>((resolve, reject) => {
+    return new Promise<ReplyOf<Sent, K>>((resolve, reject) => {
       const timer =
         timeoutMs === null
           ? null
@@ -180,14 +99,18 @@ export class FrameChannel {
               reject(new ChannelClosedError(`'${kind}' got no answer within ${timeoutMs} ms`));
             }, timeoutMs);
       timer?.unref();
-      this.#pending.set(id, { resolve, reject, timer });
-      this.#write({ id, kind, body: body as JsonValue });
+      this.#pending.set(id, {
+        resolve: (value) => resolve(fromFrame<ReplyOf<Sent, K>>(value)),
+        reject,
+        timer,
+      });
+      this.#write({ id, kind, body: toFrame(body) });
     });
   }
 
   /** Sends a message that expects no reply. */
-  send(kind: string, body: unknown = null): void {
-    if (!this.#closed) this.#write({ id: null, kind, body: body as JsonValue });
+  send<K extends keyof Sent & string>(kind: K, body?: BodyOf<Sent, K>): void {
+    if (!this.#closed) this.#write({ id: null, kind, body: toFrame(body) });
   }
 
   /** Closes the channel; pending calls reject. */
@@ -196,35 +119,16 @@ export class FrameChannel {
     this.#close("the channel was closed");
   }
 
-  #write(message: Record<string, JsonValue>): void {
-    const attached =
-      (message.body as unknown) instanceof FrameBytes
-        ? (message.body as unknown as FrameBytes)
-        : null;
-    if (attached !== null) message = { ...message, body: attached.head };
-    // Most messages (records included) are plain JSON, which the engine's own codec moves
-    // several times faster; the extended encoding only when a value needs it.
-    const extended = jsonValueNeedsExtended(message);
-    const text = extended ? encodeJson(message) : JSON.stringify(message);
-    const length = Buffer.byteLength(text, "utf8");
-    if (attached === null) {
-      const frame = Buffer.allocUnsafe(5 + length);
-      frame.writeUInt32BE(length + 1, 0);
-      frame[4] = extended ? EXTENDED : PLAIN;
-      frame.write(text, 5, "utf8");
-      this.#socket.write(frame);
+  #write(frame: Frame): void {
+    const buffers = encodeFrame(frame);
+    if (buffers.length === 1) {
+      this.#socket.write(buffers[0]!);
       return;
     }
-    const header = Buffer.allocUnsafe(9 + length);
-    header.writeUInt32BE(1 + 4 + length + attached.byteLength, 0);
-    header[4] = extended ? EXTENDED_WITH_BYTES : PLAIN_WITH_BYTES;
-    header.writeUInt32BE(length, 5);
-    header.write(text, 9, "utf8");
     // One write per part, no copy of the bytes: the socket keeps their order, and corked it
     // hands them to the kernel together.
     this.#socket.cork();
-    this.#socket.write(header);
-    for (const part of attached.parts) if (part.length > 0) this.#socket.write(part);
+    for (const buffer of buffers) this.#socket.write(buffer);
     this.#socket.uncork();
   }
 
@@ -247,7 +151,7 @@ export class FrameChannel {
       if (this.#buffered < this.#needed) return;
       const payload = this.#take(this.#needed);
       this.#needed = null;
-      this.#dispatch(messageOf(payload));
+      this.#dispatch(decodeFrame(payload));
     }
   }
 
@@ -273,14 +177,14 @@ export class FrameChannel {
     return taken;
   }
 
-  #dispatch(message: Record<string, JsonValue>): void {
+  #dispatch(message: Frame): void {
     if (typeof message.reply_to === "number") {
       const pending = this.#pending.get(message.reply_to);
       if (pending === undefined) return; // timed out already
       this.#pending.delete(message.reply_to);
       if (pending.timer !== null) clearTimeout(pending.timer);
       if (message.ok === true) pending.resolve(message.body ?? null);
-      else pending.reject(errorOf(message.error as unknown as WireFailure));
+      else pending.reject(errorOf(message.error ?? { type: "other", detail: "no error given" }));
       return;
     }
     const id = typeof message.id === "number" ? message.id : null;
@@ -289,8 +193,8 @@ export class FrameChannel {
       if (id === null || this.#closed) return;
       this.#write(
         ok
-          ? { reply_to: id, ok: true, body: (value ?? null) as JsonValue }
-          : { reply_to: id, ok: false, error: failureOf(value) as unknown as JsonValue },
+          ? { reply_to: id, ok: true, body: toFrame(value) }
+          : { reply_to: id, ok: false, error: failureOf(value) },
       );
     };
     let result: unknown;

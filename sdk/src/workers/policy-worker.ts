@@ -11,10 +11,10 @@
 import type { Logger } from "pino";
 import { AttemptSet } from "../control/attempt-keys.js";
 import type { EpisodeId } from "../identity/episode-id.js";
-import type { JsonValue } from "../json/json-value.js";
-import type { GenerationCutPrefixAck } from "../capture/generation-cut.js";
 import type { CutService } from "../participants/model/cut-service.js";
 import type { CutClaim, CutRecord } from "../participants/model/restored-cuts.js";
+import { fromFrame, type BodyOf, type FrameValue, type ReplyOf } from "./frame-codec.js";
+import type { CutClaimReply, ToCoordinator, ToWorker } from "./worker-messages.js";
 import type { Participant } from "../control/participant.js";
 import type {
   PolicyLedgerHook,
@@ -24,13 +24,10 @@ import type {
 } from "../participants/model/policy-participant.js";
 
 /** Sends a message to the server's coordinator and waits for its answer. */
-export type CoordinatorRequest = (kind: string, body: JsonValue) => Promise<JsonValue>;
-
-/** The coordinator's answer to a claim: the cut, or null; `keep` when it may still be claimed. */
-export interface CutClaimReply {
-  readonly record: CutRecord | null;
-  readonly keep: boolean;
-}
+export type CoordinatorRequest = <K extends keyof ToCoordinator & string>(
+  kind: K,
+  body: BodyOf<ToCoordinator, K>,
+) => Promise<ReplyOf<ToCoordinator, K>>;
 
 /** One worker's view of the restored cuts its coordinator holds. */
 export class WorkerCutClaims implements WorkerCutClaimsView {
@@ -61,10 +58,7 @@ export class WorkerCutClaims implements WorkerCutClaimsView {
     if (!this.#keys.has(key)) return null;
     let reply: CutClaimReply;
     try {
-      reply = (await this.#request("policy_claim_cut", {
-        key,
-        request_digest: requestDigest,
-      })) as unknown as CutClaimReply;
+      reply = await this.#request("policy_claim_cut", { key, request_digest: requestDigest });
     } catch (error) {
       this.#log?.warn(
         { err: error, capture_key: key },
@@ -91,7 +85,7 @@ export class WorkerCutClaims implements WorkerCutClaimsView {
     if (!responseStarted) this.#keys.add(claim.key);
     this.#request("policy_settle_cut", {
       key: claim.key,
-      record: claim.record as unknown as JsonValue,
+      record: claim.record,
       used: responseStarted,
     }).catch((error: unknown) => {
       this.#log?.warn({ err: error, capture_key: claim.key }, "could not settle a generation cut");
@@ -114,11 +108,6 @@ export class WorkerCutClaims implements WorkerCutClaimsView {
   }
 }
 
-/** The answer to a worker's share of a cut round: an ack per call the round covered. */
-export interface CutReply {
-  readonly acks: GenerationCutPrefixAck[];
-}
-
 /**
  * The cut service of a worker: its calls join the one round the coordinator runs for every
  * worker of the server (one inventory per backend per checkpoint).
@@ -126,9 +115,7 @@ export interface CutReply {
 export function coordinatorCutService(request: CoordinatorRequest): CutService {
   return {
     async cut(candidates) {
-      const reply = (await request("policy_cut", {
-        candidates: candidates as unknown as JsonValue,
-      })) as unknown as CutReply;
+      const reply = await request("policy_cut", { candidates });
       return new Map(reply.acks.map((ack) => [ack.ticket_id, ack]));
     },
   };
@@ -193,7 +180,7 @@ export class PolicyWorker implements PolicyWorkerSide {
   answer(
     participant: PolicyParticipant,
     kind: string,
-    body: Record<string, unknown>,
+    body: FrameValue,
   ): { readonly reply: unknown } | undefined {
     switch (kind) {
       case "policy_snapshot":
@@ -202,9 +189,10 @@ export class PolicyWorker implements PolicyWorkerSide {
         participant.refuseServed();
         return { reply: null };
       case "policy_restored": {
-        const targets = body.targets as string[];
-        this.#owed.adopt([...targets, ...((body.owed_keys as string[] | undefined) ?? [])]);
-        this.claims.adopt(body.cut_keys as string[]);
+        const restored = fromFrame<BodyOf<ToWorker, "policy_restored">>(body);
+        const targets = restored.targets;
+        this.#owed.adopt([...targets, ...(restored.owed_keys ?? [])]);
+        this.claims.adopt(restored.cut_keys);
         participant.adoptRestoredTargets(targets);
         return { reply: null };
       }

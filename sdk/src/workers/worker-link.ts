@@ -11,15 +11,14 @@ import { pino, type Logger } from "pino";
 import { GymError } from "../errors.js";
 import { parseEpisodeId } from "../identity/episode-id.js";
 import { scopeFromCaptureKeys } from "../identity/scope-keys.js";
-import type { JsonValue } from "../json/json-value.js";
 import type { Operation } from "../wire/control.js";
-import type { Manifest, RecordBase } from "../wire/storage.js";
 import type { CloseAdmissionRequest } from "../control/participant.js";
 import { encodeExport } from "./encoded-export.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
+import { fromFrame, type BodyOf, type FrameValue, type ReplyOf } from "./frame-codec.js";
 import { decodeStoredLine } from "../store/records-reader.js";
 import { linesOf } from "../util/buffer-parts.js";
-import type { JoinState, LostWorker } from "./worker-messages.js";
+import type { InstallHead, LostWorker, ToCoordinator, ToWorker } from "./worker-messages.js";
 import type { OwnerRoute } from "../server/routing/session-router.js";
 import type { ServerWorker } from "../server/server-worker.js";
 import { adoptRestored, type WorkerParticipant } from "./kind-hooks.js";
@@ -64,7 +63,7 @@ export class WorkerLink implements ServerWorker {
   readonly socketDir: string;
   readonly #sessionSecret: string | null;
   readonly #log: Logger;
-  readonly #channel: FrameChannel;
+  readonly #channel: FrameChannel<ToCoordinator>;
   #participant: WorkerParticipant | null = null;
   /** A model server's worker side, once its participant asked for one. */
   #policy: PolicyWorker | null = null;
@@ -89,7 +88,10 @@ export class WorkerLink implements ServerWorker {
   readonly #pendingClaims = new Set<Promise<void>>();
   #stopListeners: (() => void)[] = [];
 
-  private constructor(options: WorkerLinkOptions, channel: (link: WorkerLink) => FrameChannel) {
+  private constructor(
+    options: WorkerLinkOptions,
+    channel: (link: WorkerLink) => FrameChannel<ToCoordinator>,
+  ) {
     this.index = options.index;
     this.count = options.count;
     this.socketDir = options.socketDir;
@@ -129,11 +131,11 @@ export class WorkerLink implements ServerWorker {
   /** Registers with the coordinator and adopts its state (closed admission, marks, aliases). */
   async register(participant: WorkerParticipant | null): Promise<void> {
     this.#participant = participant;
-    const join = (await this.#channel.call("register", {
+    const join = await this.#channel.call("register", {
       index: this.index,
       pid: process.pid,
       routing_id: this.routingId,
-    })) as unknown as JoinState;
+    });
     this.#adoptMembership(join.epoch, join.workers, join.lost);
     this.#aliases = new Map(join.aliases);
     this.#claimable = new Set(join.claims);
@@ -141,9 +143,9 @@ export class WorkerLink implements ServerWorker {
       participant.retired.update(join.marks);
       participant.onChange = () => this.#scheduleReport();
       this.#generation = join.generation;
-      if (!join.accepting) {
+      if (!join.accepting && join.request !== null) {
         this.#closed = true;
-        await participant.closeAdmission(join.request as unknown as CloseAdmissionRequest);
+        await participant.closeAdmission(join.request);
       }
       this.#report();
     }
@@ -192,7 +194,7 @@ export class WorkerLink implements ServerWorker {
   /** A control call received by this worker, answered by the coordinator. */
   async dispatch(operation: Operation, body: unknown): Promise<unknown> {
     const call = body === undefined ? { operation } : { operation, body };
-    return await this.request("control", call as JsonValue);
+    return await this.request("control", call);
   }
 
   /**
@@ -214,7 +216,10 @@ export class WorkerLink implements ServerWorker {
    * time limit: the coordinator bounds what it waits for).
    * @throws GymError `checkpoint_coordinator_unavailable` when the coordinator is gone
    */
-  readonly request = async (kind: string, body: JsonValue): Promise<JsonValue> => {
+  readonly request = async <K extends keyof ToCoordinator & string>(
+    kind: K,
+    body: BodyOf<ToCoordinator, K>,
+  ): Promise<ReplyOf<ToCoordinator, K>> => {
     try {
       return await this.#channel.call(kind, body, null);
     } catch (error) {
@@ -336,7 +341,7 @@ export class WorkerLink implements ServerWorker {
     });
   }
 
-  #signal(body: Record<string, unknown>): { signal: AbortSignal; done: () => void } {
+  #signal(body: { readonly call?: number }): { signal: AbortSignal; done: () => void } {
     const call = body.call as number;
     const controller = new AbortController();
     this.#calls.set(call, controller);
@@ -349,7 +354,7 @@ export class WorkerLink implements ServerWorker {
   }
 
   async #withSignal<T>(
-    body: Record<string, unknown>,
+    body: { readonly call?: number },
     work: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const { signal, done } = this.#signal(body);
@@ -360,89 +365,97 @@ export class WorkerLink implements ServerWorker {
     }
   }
 
-  #handle(kind: string, value: JsonValue): unknown {
-    const body = (value ?? {}) as Record<string, unknown>;
+  #handle(kind: string, value: FrameValue): unknown {
+    // The body of this message, as the catalogue types it (see `frame-codec.ts`).
+    const bodyOf = <K extends keyof ToWorker>(_kind: K): BodyOf<ToWorker, K> =>
+      fromFrame<BodyOf<ToWorker, K>>(value ?? {});
     switch (kind) {
-      case "membership":
-        this.#adoptMembership(
-          body.epoch as number,
-          body.workers as [string, number][],
-          body.lost as LostWorker[],
-        );
+      case "membership": {
+        const { epoch, workers, lost } = bodyOf(kind);
+        this.#adoptMembership(epoch, workers, lost);
         return null;
+      }
       case "stop":
         for (const listener of this.#stopListeners) listener();
         return null;
       case "metrics_text":
         return (this.metricsSource?.() ?? Promise.resolve(null)).then((text) => text ?? "");
       case "cancel":
-        this.#calls.get(body.call as number)?.abort(new Error("the coordinator gave up"));
+        this.#calls.get(bodyOf(kind).call)?.abort(new Error("the coordinator gave up"));
         return null;
-      case "close":
-        return this.#close(body.request as CloseAdmissionRequest, body.generation as number);
+      case "close": {
+        const { request, generation } = bodyOf(kind);
+        return this.#close(request, generation);
+      }
       case "open":
-        return this.#open(body.generation as number);
+        return this.#open(bodyOf(kind).generation);
       case "mark":
-        return this.#need().markRetired(scopeFromCaptureKeys(body.episode_keys as string[]));
+        return this.#need().markRetired(scopeFromCaptureKeys(bodyOf(kind).episode_keys));
       case "check_forget":
-        return this.#need().checkForget(body.rollout_ids as string[]);
+        return this.#need().checkForget(bodyOf(kind).rollout_ids);
       case "forget":
-        return this.#need().forget(body.rollout_ids as string[]);
-      case "retire":
+        return this.#need().forget(bodyOf(kind).rollout_ids);
+      case "retire": {
+        const body = bodyOf(kind);
         return this.#reportAfter(
           this.#withSignal(body, (signal) =>
             this.#need().retire(parseEpisodeId(body.episode), signal),
           ),
         );
-      case "export":
+      }
+      case "export": {
+        const body = bodyOf(kind);
         return this.#withSignal(body, async (signal) => {
-          const keys = body.scope_keys as string[] | null;
+          const keys = body.scope_keys;
           const scope = keys === null ? null : scopeFromCaptureKeys(keys);
           const records = await this.#need().export(scope, signal);
           return body.encoded === true ? encodeExport(records) : records;
         });
+      }
       case "restore_manifest":
-        return this.#need().restoreManifest(body.manifest as Manifest);
+        return this.#need().restoreManifest(bodyOf(kind).manifest);
       case "install": {
         // A share of stored lines (validated here, in parallel with the other workers) or of
         // records.
-        const lines = value instanceof FrameBytes ? value : null;
-        const head = (value instanceof FrameBytes ? value.head : value) as Record<string, unknown>;
-        this.#aliases = new Map(head.aliases as [string, string][]);
-        this.#claimable = new Set(head.claims as string[]);
+        const body = bodyOf(kind);
+        const lines = body instanceof FrameBytes ? body : null;
+        const head =
+          body instanceof FrameBytes
+            ? fromFrame<InstallHead & { readonly call?: number }>(body.head)
+            : body;
+        this.#aliases = new Map(head.aliases);
+        this.#claimable = new Set(head.claims);
         const installing = this.#withSignal(head, (signal) => {
           const participant = this.#need();
           const records =
-            lines === null
-              ? (head.records as RecordBase[])
-              : storedLinesOf(lines).map((line) => {
+            body instanceof FrameBytes
+              ? storedLinesOf(lines!).map((line) => {
                   // Validated by the participant's own copy of the package (its fast paths).
                   const stored = decodeStoredLine(line);
                   return participant.recordFromStored(stored.value, stored.episode_id);
-                });
-          return participant.install(
-            records,
-            scopeFromCaptureKeys(head.scope_keys as string[]),
-            signal,
-          );
+                })
+              : body.records;
+          return participant.install(records, scopeFromCaptureKeys(head.scope_keys), signal);
         });
         return this.#reportAfter(installing);
       }
       case "restored_pending":
         return Promise.resolve(this.#need().restoredPending());
-      case "delete_restored":
+      case "delete_restored": {
+        const body = bodyOf(kind);
         return this.#reportAfter(
           this.#withSignal(body, (signal) =>
             this.#need().deleteRestored(parseEpisodeId(body.episode), signal),
           ),
         );
+      }
       default:
-        return this.#withSignal(body, async () => {
+        return this.#withSignal(fromFrame<{ readonly call?: number }>(value ?? {}), async () => {
           const participant = this.#need();
           const policy = this.#policy;
           const answer =
             policy !== null && isPolicyParticipant(participant)
-              ? policy.answer(participant, kind, body)
+              ? policy.answer(participant, kind, value)
               : undefined;
           if (answer === undefined)
             throw new Error(`unknown message '${kind}' from the coordinator`);
@@ -457,13 +470,7 @@ export class WorkerLink implements ServerWorker {
     const claiming = (async () => {
       const record = await this.#channel.call("claim", { key });
       this.#claimable.delete(key);
-      if (record !== null) {
-        await adoptRestored(
-          participant,
-          record as unknown as RecordBase,
-          new AbortController().signal,
-        );
-      }
+      if (record !== null) await adoptRestored(participant, record, new AbortController().signal);
     })();
     this.#pendingClaims.add(claiming);
     try {

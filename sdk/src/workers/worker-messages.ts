@@ -13,8 +13,15 @@
  *
  * @see docs/workers.md
  */
-import type { JsonValue } from "../json/json-value.js";
-import type { PrepareReport } from "../wire/control.js";
+import type { GenerationCutPrefixAck } from "../capture/generation-cut.js";
+import type { CloseAdmissionRequest } from "../control/participant.js";
+import type { EpisodeId } from "../identity/episode-id.js";
+import type { CutCandidate } from "../participants/model/cut-service.js";
+import type { PolicySnapshot } from "../participants/model/policy-participant.js";
+import type { CutRecord } from "../participants/model/restored-cuts.js";
+import type { Operation, PrepareReport } from "../wire/control.js";
+import type { Manifest, RecordBase } from "../wire/storage.js";
+import type { Exchange, FrameBytes } from "./frame-codec.js";
 
 /** Environment variables a worker process is started with. */
 export const WORKER_ENV = {
@@ -45,7 +52,7 @@ export interface JoinState {
   readonly accepting: boolean;
   readonly generation: number;
   /** The request that closed admission, while closed. */
-  readonly request: JsonValue;
+  readonly request: CloseAdmissionRequest | null;
   /** Retired marks: `[rollout_id, attempt]`. */
   readonly marks: [string, number][];
   /** Old owner → live worker routing ID. */
@@ -83,4 +90,97 @@ export interface LostWorker {
 export function ownerOfRecord(record: object): string {
   const owner = (record as { owner?: unknown }).owner;
   return typeof owner === "string" ? owner : "";
+}
+
+/** The membership a coordinator broadcasts: its version, the live workers, the lost ones. */
+export interface Membership {
+  readonly epoch: number;
+  /** Live workers: `[routing_id, index]`. */
+  readonly workers: [string, number][];
+  readonly lost: LostWorker[];
+}
+
+/** The coordinator's answer to a cut claim: the cut, or null; `keep` when it may still be claimed. */
+export interface CutClaimReply {
+  readonly record: CutRecord | null;
+  readonly keep: boolean;
+}
+
+/** The answer to a worker's share of a cut round: an ack per call the round covered. */
+export interface CutReply {
+  readonly acks: GenerationCutPrefixAck[];
+}
+
+/** What an `install` carries besides the records: the scope, the alias table, the claim keys. */
+export interface InstallHead {
+  readonly scope_keys: readonly string[];
+  readonly aliases: readonly [string, string][];
+  readonly claims: readonly string[];
+}
+
+/** The number a coordinator gives one call to every worker (`cancel` names it). */
+interface Numbered {
+  readonly call?: number;
+}
+
+/** Every message a worker sends its coordinator: its body and its reply. */
+export interface ToCoordinator {
+  register: Exchange<RegisterMessage, JoinState>;
+  listening: Exchange<null, null>;
+  report: Exchange<WorkerReport, null>;
+  /** A GET carries no body: `undefined` does not travel, so the key is left out. */
+  control: Exchange<{ readonly operation: Operation; readonly body?: unknown }, unknown>;
+  /** The restored request-scoped record of replacement `key`, or null. */
+  claim: Exchange<{ readonly key: string }, RecordBase | null>;
+  metrics: Exchange<null, string>;
+  policy_cut: Exchange<{ readonly candidates: readonly CutCandidate[] }, CutReply>;
+  policy_claim_cut: Exchange<
+    { readonly key: string; readonly request_digest: string },
+    CutClaimReply
+  >;
+  policy_settle_cut: Exchange<
+    { readonly key: string; readonly record: CutRecord; readonly used: boolean },
+    null
+  >;
+  policy_settle: Exchange<{ readonly keys: readonly string[] }, null>;
+}
+
+/** Every message a coordinator sends its workers: its body and its reply. */
+export interface ToWorker {
+  membership: Exchange<Membership, null>;
+  stop: Exchange<null, null>;
+  metrics_text: Exchange<object, string>;
+  cancel: Exchange<{ readonly call: number }, null>;
+  close: Exchange<
+    { readonly request: CloseAdmissionRequest; readonly generation: number } & Numbered,
+    PrepareReport
+  >;
+  open: Exchange<{ readonly generation: number }, PrepareReport>;
+  mark: Exchange<{ readonly episode_keys: readonly string[] } & Numbered, null>;
+  check_forget: Exchange<{ readonly rollout_ids: readonly string[] } & Numbered, null>;
+  forget: Exchange<{ readonly rollout_ids: readonly string[] } & Numbered, null>;
+  retire: Exchange<{ readonly episode: EpisodeId } & Numbered, null>;
+  /** Encoded: the stored lines ({@link FrameBytes}, see `encoded-export.ts`); else the records. */
+  export: Exchange<
+    { readonly scope_keys: readonly string[] | null; readonly encoded: boolean } & Numbered,
+    FrameBytes | RecordBase[]
+  >;
+  restore_manifest: Exchange<{ readonly manifest: Manifest } & Numbered, null>;
+  /** A share of stored lines (their head the {@link InstallHead}) or of records. */
+  install: Exchange<
+    FrameBytes | (InstallHead & { readonly records: RecordBase[] } & Numbered),
+    null
+  >;
+  restored_pending: Exchange<object, EpisodeId[]>;
+  delete_restored: Exchange<{ readonly episode: EpisodeId } & Numbered, null>;
+  policy_snapshot: Exchange<object, PolicySnapshot>;
+  policy_check_fresh: Exchange<object, null>;
+  policy_restored: Exchange<
+    {
+      readonly targets: readonly string[];
+      readonly owed_keys: readonly string[];
+      readonly cut_keys: readonly string[];
+    },
+    null
+  >;
 }

@@ -8,9 +8,16 @@
 import type { Socket } from "node:net";
 import { pino, type Logger } from "pino";
 import { CheckpointError } from "../errors.js";
-import type { JsonValue } from "../json/json-value.js";
 import { ChannelClosedError, FrameBytes, FrameChannel } from "./frame-channel.js";
-import type { JoinState, LostWorker, RegisterMessage, WorkerReport } from "./worker-messages.js";
+import { fromFrame, type BodyOf, type FrameValue, type ReplyOf } from "./frame-codec.js";
+import type {
+  JoinState,
+  LostWorker,
+  RegisterMessage,
+  ToCoordinator,
+  ToWorker,
+  WorkerReport,
+} from "./worker-messages.js";
 import { mergeExpositions, type ProcessExposition } from "../telemetry/merge-exposition.js";
 
 /** How long a scrape waits for one worker's metrics (Prometheus' default scrape timeout is 10 s). */
@@ -21,7 +28,7 @@ export interface Member {
   readonly index: number;
   readonly pid: number;
   readonly routingId: string;
-  readonly channel: FrameChannel;
+  readonly channel: FrameChannel<ToWorker>;
   /** Whether it accepts connections yet (it registers first, to adopt fences before serving). */
   listening: boolean;
 }
@@ -37,17 +44,25 @@ export interface PoolCoordination {
   /** A control call received by a worker. */
   control(operation: string, body: unknown): Promise<unknown>;
   /** Any other message of a worker (its participant's own). */
-  message(member: Member, kind: string, body: JsonValue): unknown;
+  message(member: Member, kind: string, body: FrameValue): unknown;
   /** Membership changed (a worker joined or left). */
   changed(): void;
 }
 
 /** A call's body with its call number (in the JSON head of a body with bytes). */
-function messageBody(call: number, body: object): object {
+function messageBody<B>(call: number, body: B): B {
   if (body instanceof FrameBytes) {
-    return new FrameBytes({ call, ...(body.head as Record<string, JsonValue>) }, body.parts);
+    return new FrameBytes({ call, ...(body.head as object) }, body.parts) as B;
   }
-  return { call, ...body };
+  return { call, ...(body as object) } as B;
+}
+
+/** A worker's message body, as the catalogue types it (see `frame-codec.ts`). */
+export function bodyOf<K extends keyof ToCoordinator>(
+  _kind: K,
+  body: FrameValue,
+): BodyOf<ToCoordinator, K> {
+  return fromFrame<BodyOf<ToCoordinator, K>>(body);
 }
 
 /** The workers of one server, as seen by its coordinator. */
@@ -96,16 +111,16 @@ export class WorkerPool {
   /** Takes a worker's connection: it registers, then reports and forwards control calls. */
   accept(socket: Socket): void {
     let member: Member | null = null;
-    const channel = new FrameChannel(socket, (kind, body) => {
+    const channel = new FrameChannel<ToWorker>(socket, (kind, body) => {
       switch (kind) {
         case "register": {
-          member = this.#register(body as unknown as RegisterMessage, channel);
-          return this.#joinState() as unknown as JsonValue;
+          member = this.#register(bodyOf(kind, body), channel);
+          return this.#joinState();
         }
         case "claim": {
           if (this.#coordination === null) return null;
           // Answered before the next message is read: see FrameChannel.
-          return this.#coordination.claim((body as { key: string }).key);
+          return this.#coordination.claim(bodyOf(kind, body).key);
         }
         case "listening":
           if (member !== null) {
@@ -115,13 +130,13 @@ export class WorkerPool {
           }
           return null;
         case "report":
-          if (member !== null) this.#coordination?.report(member, body as unknown as WorkerReport);
+          if (member !== null) this.#coordination?.report(member, bodyOf(kind, body));
           return null;
         case "metrics":
           return this.#metrics();
         case "control": {
           // A GET carries no body: `undefined` does not travel, so the key is left out.
-          const call = body as { operation: string; body?: unknown };
+          const call = bodyOf(kind, body);
           if (this.#coordination === null) {
             throw new Error("this server takes no part in checkpoints");
           }
@@ -173,11 +188,11 @@ export class WorkerPool {
    * is the refusal of the whole, and a worker gone meanwhile refuses with `worker_lost`.
    * `signal` gives up on the workers still working (they are told to stop).
    */
-  async callAll(
-    kind: string,
-    bodyOf: (member: Member) => object,
+  async callAll<K extends keyof ToWorker & string>(
+    kind: K,
+    bodyOf: (member: Member) => BodyOf<ToWorker, K>,
     signal?: AbortSignal,
-  ): Promise<JsonValue[]> {
+  ): Promise<ReplyOf<ToWorker, K>[]> {
     const members = this.live();
     const call = this.#nextCall++;
     const calls = members.map((member) =>
@@ -193,7 +208,7 @@ export class WorkerPool {
     );
     if (signal === undefined) return await Promise.all(calls);
     signal.throwIfAborted();
-    return await new Promise<JsonValue[]>((resolve, reject) => {
+    return await new Promise<ReplyOf<ToWorker, K>[]>((resolve, reject) => {
       const onAbort = (): void => {
         for (const member of members) member.channel.send("cancel", { call });
         reject(signal.reason as Error);
@@ -217,11 +232,11 @@ export class WorkerPool {
    * Sends `kind` to every live worker and waits (at most `timeoutMs` each, null: no limit); a
    * worker that fails or does not answer in time is only logged (its answer is then undefined).
    */
-  async tellAll(
-    kind: string,
-    body: object = {},
+  async tellAll<K extends keyof ToWorker & string>(
+    kind: K,
+    body: BodyOf<ToWorker, K>,
     timeoutMs: number | null = null,
-  ): Promise<[Member, JsonValue | undefined][]> {
+  ): Promise<[Member, ReplyOf<ToWorker, K> | undefined][]> {
     const members = this.live();
     const answers = await Promise.all(
       members.map((member) =>
@@ -260,7 +275,7 @@ export class WorkerPool {
     this.#coordination?.changed();
   }
 
-  #register(message: RegisterMessage, channel: FrameChannel): Member {
+  #register(message: RegisterMessage, channel: FrameChannel<ToWorker>): Member {
     const member: Member = {
       index: message.index,
       pid: message.pid,
