@@ -50,14 +50,14 @@ export type { ErrorCode, ErrorEnvelope, RequestIssue } from "./errors.js";
 
 // JSON values
 export {
-  JsonPayloadSchema,
   JsonSyntaxError,
   NotJsonError,
   assertJsonValue,
   decodeJson,
   encodeJson,
-  frozenJson,
 } from "./json/json-value.js";
+export { frozenJson } from "./json/frozen-json.js";
+export { JsonPayloadSchema } from "./json/json-payload-schema.js";
 export type { JsonValue } from "./json/json-value.js";
 
 // Servers and data routes

@@ -12,7 +12,7 @@ import path from "node:path";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import { readCheckpoint } from "#sdk/store/records-reader.js";
 import { RecordsWriter, encodeRecordLine } from "#sdk/store/records-writer.js";
-import { JsonPayloadSchema } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 
 function arg(name: string, fallback: number): number {

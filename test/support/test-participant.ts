@@ -49,7 +49,8 @@ import {
   type PrepareReport,
   type RestoreRequest,
 } from "#sdk/wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "#sdk/json/json-value.js";
+import type { JsonValue } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { recordSchema, type CommitReply, type Manifest } from "#sdk/wire/storage.js";
 
 /** The record every test participant stores: its episode and the boundary payload. */

@@ -12,9 +12,8 @@
  *
  * @module
  */
-import { z } from "zod";
 import { setOwnKey } from "../util/own-key.js";
-import { trustTree, trustedTree } from "./trusted-trees.js";
+import { trustedTree } from "./trusted-trees.js";
 
 /**
  * Canonical JSON value model.
@@ -86,10 +85,12 @@ const getProto = Object.getPrototypeOf;
 const isArray = Array.isArray;
 
 /**
- * Internal refusal raised deep in the walk. It collects path segments while it unwinds, so the
- * hot path never builds path strings.
+ * Internal refusal raised deep in the walk (and in the copying walk of `frozen-json.ts`). It
+ * collects path segments while it unwinds, so the hot path never builds path strings.
+ *
+ * @internal
  */
-class Refusal {
+export class Refusal {
   /** Path segments, innermost first. */
   readonly trail: (string | number)[] = [];
   constructor(
@@ -117,11 +118,19 @@ interface WalkState {
   chars: number;
 }
 
-/** What {@link WalkState.chars} counts for each array item or object member besides strings. */
-const MEMBER_CHARS = 8;
+/**
+ * What {@link WalkState.chars} counts for each array item or object member besides strings.
+ *
+ * @internal
+ */
+export const MEMBER_CHARS = 8;
 
-/** True when a number needs an extended token: NaN, ±Infinity, -0 or an unsafe integer. */
-function isExtendedNumber(n: number): boolean {
+/**
+ * True when a number needs an extended token: NaN, ±Infinity, -0 or an unsafe integer.
+ *
+ * @internal
+ */
+export function isExtendedNumber(n: number): boolean {
   // NaN fails both comparisons; every double beyond 2^53 is an integer, so the range test alone
   // catches the unsafe integers, and ±Infinity too.
   return !(n >= MIN_SAFE && n <= MAX_SAFE) || (n === 0 && 1 / n < 0);
@@ -171,8 +180,10 @@ const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER);
 /**
  * A bigint inside the safe-integer range would read back as a number, breaking the round-trip
  * law (same types after restore): refused, the author stores a number instead.
+ *
+ * @internal
  */
-function checkBigint(value: bigint): true {
+export function checkBigint(value: bigint): true {
   if (value >= MIN_SAFE_BIGINT && value <= MAX_SAFE_BIGINT) {
     throw new Refusal(`a bigint within the safe integer range (${value}n; store it as a number)`);
   }
@@ -232,8 +243,12 @@ function walkContainer(obj: object, depth: number, st: WalkState): boolean {
   return extended;
 }
 
-/** Short description of a refused value, e.g. "a Date", "a function (named f)". */
-function describe(value: unknown): string {
+/**
+ * Short description of a refused value, e.g. "a Date", "a function (named f)".
+ *
+ * @internal
+ */
+export function describe(value: unknown): string {
   switch (typeof value) {
     case "undefined":
       return "undefined";
@@ -279,13 +294,22 @@ function abbreviatePath(path: string): string {
   return path.length <= 200 ? path : `${path.slice(0, 80)}…${path.slice(-80)}`;
 }
 
-function toNotJsonError(r: Refusal): NotJsonError {
+/**
+ * The {@link NotJsonError} a refusal stands for, naming its path.
+ *
+ * @internal
+ */
+export function toNotJsonError(r: Refusal): NotJsonError {
   const path = formatPath(r.trail.reverse());
   return new NotJsonError(path, `${abbreviatePath(path)}: ${r.what} is not JSON`);
 }
 
-/** Runs the validation walk; returns the extended-container set, or null for a plain tree. */
-function validate(value: unknown): Set<object> | null {
+/**
+ * Runs the validation walk; returns the extended-container set, or null for a plain tree.
+ *
+ * @internal
+ */
+export function validate(value: unknown): Set<object> | null {
   return validateSized(value).extended;
 }
 
@@ -337,141 +361,6 @@ export function jsonValueNeedsExtended(value: unknown): boolean {
     return typeof value === "bigint" || (typeof value === "number" && isExtendedNumber(value));
   }
   return validate(value) !== null;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Frozen copies (trusted trees)
-// ---------------------------------------------------------------------------------------------
-
-/** Per-call state of the copying walk. */
-interface CopyState {
-  /** As {@link WalkState.chars}. */
-  chars: number;
-  /** Deepest nesting level reached so far in the current container's subtree. */
-  deepest: number;
-  /** Whether the current container's subtree holds an extended number or a bigint. */
-  extended: boolean;
-}
-
-function copyValue(value: unknown, depth: number, st: CopyState): JsonValue {
-  switch (typeof value) {
-    case "string":
-      st.chars += value.length;
-      return value;
-    case "boolean":
-      return value;
-    case "number":
-      if (isExtendedNumber(value)) st.extended = true;
-      return value;
-    case "bigint":
-      st.extended = checkBigint(value);
-      return value;
-    case "object":
-      return value === null ? null : copyContainer(value, depth + 1, st);
-    default:
-      throw new Refusal(describe(value));
-  }
-}
-
-/**
- * Copies an array or object at nesting level `depth` into a fresh frozen one, validating it on
- * the way, and registers the copy as trusted unless it holds an extended number. A trusted
- * container met on the way is frozen and owned already: it is reused, not copied.
- */
-function copyContainer(obj: object, depth: number, st: CopyState): JsonValue {
-  if (depth > MAX_JSON_DEPTH) {
-    throw new Refusal(`a value nested deeper than ${MAX_JSON_DEPTH} levels`, true);
-  }
-  const known = trustedTree(obj);
-  if (known !== undefined && depth + known.height - 1 <= MAX_JSON_DEPTH) {
-    st.chars += known.chars;
-    st.deepest = Math.max(st.deepest, depth + known.height - 1);
-    return obj as JsonValue;
-  }
-  // Measured per container, so every container of the copy is registered with its own size.
-  const outerChars = st.chars;
-  const outerDeepest = st.deepest;
-  const outerExtended = st.extended;
-  st.deepest = depth;
-  st.extended = false;
-  let copy: JsonValue[] | { [key: string]: JsonValue };
-  let i = 0;
-  if (isArray(obj)) {
-    if (getProto(obj) !== arrayProto) throw new Refusal(describe(obj));
-    const arr = obj as unknown[];
-    const out: JsonValue[] = [];
-    st.chars += arr.length * MEMBER_CHARS;
-    try {
-      for (const n = arr.length; i < n; i++) {
-        const item = arr[i];
-        if (item === undefined && !(i in arr)) throw new Refusal("an array hole (undefined)");
-        out.push(copyValue(item, depth, st));
-      }
-    } catch (e) {
-      if (e instanceof Refusal) e.trail.push(i);
-      throw e;
-    }
-    copy = out;
-  } else {
-    const proto: unknown = getProto(obj);
-    if (proto !== objectProto && proto !== null) throw new Refusal(describe(obj));
-    // Read once each, into data properties: a getter or proxy cannot answer differently later.
-    const keys = Object.keys(obj);
-    const out: { [key: string]: JsonValue } = {};
-    st.chars += keys.length * MEMBER_CHARS;
-    try {
-      for (const n = keys.length; i < n; i++) {
-        const key = keys[i] as string;
-        setOwnKey(out, key, copyValue((obj as Record<string, unknown>)[key], depth, st));
-      }
-    } catch (e) {
-      if (e instanceof Refusal) e.trail.push(keys[i] as string);
-      throw e;
-    }
-    copy = out;
-  }
-  Object.freeze(copy);
-  const extended = st.extended;
-  if (!extended) trustTree(copy, { chars: st.chars - outerChars, height: st.deepest - depth + 1 });
-  st.deepest = Math.max(outerDeepest, st.deepest);
-  st.extended = outerExtended || extended;
-  return copy;
-}
-
-/**
- * A deep-frozen copy of a JSON value, validated as it is copied: checkpoint commits write it
- * without walking it again, however often they export it. Parts of it that are frozen copies
- * already are reused, not copied, so a state that grows by appending to frozen parts is copied
- * (and checked) once per part. Scalars are returned as they are.
- *
- * ## Rules
- * - The copy is frozen all the way down: nothing, the caller included, can change it, which is
- *   what lets a commit trust it. Keep the copy and drop the original.
- * - Only the copy is trusted, never the value passed in; a copy holding NaN, ±Infinity, -0, an
- *   unsafe integer or a bigint is frozen but checked again at each commit.
- * - Accepts what {@link assertJsonValue} accepts, typed as it came (the copy has the same
- *   shape); a getter is read once, into a data property.
- *
- * @throws {@link NotJsonError} naming the path of the first offending value.
- * @experimental
- * @example
- * import { frozenJson } from "gym-participant-sdk";
- *
- * const turn = frozenJson({ turn: 1, answer: [{ type: "message", content: "hi" }] });
- * // Object.isFrozen(turn) === true; exporting it again costs no validation walk.
- * @see docs/storage.md
- */
-export function frozenJson<T>(value: T): T {
-  const st: CopyState = { chars: 0, deepest: 0, extended: false };
-  try {
-    return copyValue(value, 0, st) as T;
-  } catch (e) {
-    if (!(e instanceof Refusal)) throw e;
-    // Too deep or round a cycle: the validation walk names which, and where (it finds this
-    // problem or an earlier one, as in validateSized).
-    if (e.tooDeep) validate(value);
-    throw toNotJsonError(e);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1007,44 +896,3 @@ class Parser {
     }
   }
 }
-
-// ---------------------------------------------------------------------------------------------
-// Schema
-// ---------------------------------------------------------------------------------------------
-
-let trustedDecoding = 0;
-
-/**
- * Runs `fn` (synchronously) with {@link JsonPayloadSchema} passing values through unchecked.
- * Internal: only for validating records just produced by {@link decodeJson}, which are JSON by
- * construction, so a restore does not walk every payload a second time.
- *
- * @internal
- */
-export function withDecodedPayloadsTrusted<T>(fn: () => T): T {
-  trustedDecoding += 1;
-  try {
-    return fn();
-  } finally {
-    trustedDecoding -= 1;
-  }
-}
-
-/**
- * zod schema for an opaque JSON payload. Accepts exactly what {@link assertJsonValue} accepts
- * and passes the input through unchanged (same reference, no copy); otherwise fails with a
- * custom issue whose message is the {@link NotJsonError} message (path + "not JSON").
- *
- * Built on `z.unknown()` rather than `z.custom()` so OpenAPI/JSON-Schema generation still
- * works (it renders as an unconstrained schema).
- */
-export const JsonPayloadSchema: z.ZodType<JsonValue> = z.unknown().superRefine((value, ctx) => {
-  // Values decodeJson produced are JSON by construction: not checked again (restore speed).
-  if (trustedDecoding > 0) return;
-  try {
-    validate(value);
-  } catch (e) {
-    if (!(e instanceof NotJsonError)) throw e;
-    ctx.addIssue({ code: "custom", message: e.message, input: value });
-  }
-}) as unknown as z.ZodType<JsonValue>;

@@ -1,7 +1,7 @@
 /** Wire schemas of checkpoint storage (see docs/storage.md): the manifest and record envelopes. */
 import { z } from "zod";
 import { EpisodeIdSchema } from "../identity/episode-id.js";
-import { JsonPayloadSchema } from "../json/json-value.js";
+import { JsonPayloadSchema } from "../json/json-payload-schema.js";
 
 /** The only manifest schema version. */
 export const MANIFEST_SCHEMA_VERSION = 1;

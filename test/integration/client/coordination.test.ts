@@ -23,7 +23,7 @@ import { captureKey, episodeId, nextAttempt, type EpisodeId } from "#sdk/identit
 import { Server } from "#sdk/server/server.js";
 import { prepareReport, type ParticipantKind, type PrepareReport } from "#sdk/wire/control.js";
 import type { ResolvedDeployment, ServerKind } from "#sdk/wire/deployment.js";
-import { JsonPayloadSchema } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { recordSchema } from "#sdk/wire/storage.js";
 
 const TOKEN = "coordination-token";

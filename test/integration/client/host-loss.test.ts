@@ -24,7 +24,7 @@ import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
 import { Server } from "#sdk/server/server.js";
 import { prepareReport, type PrepareReport } from "#sdk/wire/control.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";
-import { JsonPayloadSchema } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { recordSchema } from "#sdk/wire/storage.js";
 
 const TOKEN = "host-loss-token";

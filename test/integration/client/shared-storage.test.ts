@@ -18,7 +18,7 @@ import { checkRestoreShared } from "#sdk/client/shared-storage.js";
 import { Participant } from "#sdk/control/participant.js";
 import { CheckpointNotSharedError, CheckpointStateError } from "#sdk/errors.js";
 import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
-import { JsonPayloadSchema } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { Server } from "#sdk/server/server.js";
 import { prepareReport, type ParticipantKind, type PrepareReport } from "#sdk/wire/control.js";
 import type { ResolvedDeployment } from "#sdk/wire/deployment.js";

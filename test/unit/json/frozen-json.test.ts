@@ -4,9 +4,9 @@ import {
   NotJsonError,
   assertJsonValue,
   encodeJson,
-  frozenJson,
   type JsonValue,
 } from "#sdk/json/json-value.js";
+import { frozenJson } from "#sdk/json/frozen-json.js";
 import { CheckpointStateError } from "#sdk/errors.js";
 import { fromCaptureKey } from "#sdk/identity/episode-id.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";

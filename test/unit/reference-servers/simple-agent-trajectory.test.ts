@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { encodeJson, frozenJson } from "#sdk/json/json-value.js";
+import { encodeJson } from "#sdk/json/json-value.js";
+import { frozenJson } from "#sdk/json/frozen-json.js";
 import {
   freshLoopState,
   loadLoopState,

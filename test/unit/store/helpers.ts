@@ -11,7 +11,7 @@ import { CheckpointStateError } from "#sdk/errors.js";
 import { fromCaptureKey, type EpisodeId } from "#sdk/identity/episode-id.js";
 import { readCheckpoint } from "#sdk/store/records-reader.js";
 import { RecordsWriter, type WriteTarget } from "#sdk/store/records-writer.js";
-import { JsonPayloadSchema } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 import { recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 
 export const KIND = "environment";

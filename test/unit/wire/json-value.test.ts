@@ -2,9 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
-  JsonPayloadSchema,
   encodeJsonPieces,
-  withDecodedPayloadsTrusted,
   JsonSyntaxError,
   MAX_JSON_DEPTH,
   NotJsonError,
@@ -14,6 +12,7 @@ import {
   encodeJson,
   type JsonValue,
 } from "#sdk/json/json-value.js";
+import { JsonPayloadSchema, withDecodedPayloadsTrusted } from "#sdk/json/json-payload-schema.js";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

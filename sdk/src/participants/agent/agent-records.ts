@@ -6,7 +6,8 @@
  */
 import { z } from "zod";
 import type { EpisodeId } from "../../identity/episode-id.js";
-import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
+import { JsonPayloadSchema } from "../../json/json-payload-schema.js";
 import { recordSchema } from "../../wire/storage.js";
 
 /** The participant kind of every agent server. */

@@ -27,7 +27,8 @@ import {
   type AgentCloseReply,
   type AgentSeedRequest,
 } from "../../wire/agent.js";
-import { frozenJson, NotJsonError, type JsonValue } from "../../json/json-value.js";
+import { NotJsonError, type JsonValue } from "../../json/json-value.js";
+import { frozenJson } from "../../json/frozen-json.js";
 import {
   isLegacySessionKey,
   type AgentSessionHooks,

@@ -22,7 +22,8 @@ import {
 import { sortedScopeKeys } from "../../identity/scope-keys.js";
 import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
 import type { PrepareReport } from "../../wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
+import { JsonPayloadSchema } from "../../json/json-payload-schema.js";
 import { recordSchema } from "../../wire/storage.js";
 import { isRestartReply, type ReplyHeaders } from "./checkpoint-headers.js";
 import { taskDigest } from "./task-digest.js";

@@ -17,7 +17,8 @@ import { deferred, type Deferred } from "../../util/deferred.js";
 import { ABSENT, sessionValue, type BySession } from "../../util/by-session.js";
 import { setOwnKey } from "../../util/own-key.js";
 import { prepareReport, type PrepareReport } from "../../wire/control.js";
-import { JsonPayloadSchema, type JsonValue } from "../../json/json-value.js";
+import type { JsonValue } from "../../json/json-value.js";
+import { JsonPayloadSchema } from "../../json/json-payload-schema.js";
 import { recordSchema } from "../../wire/storage.js";
 import {
   CLOSE_SESSION_PATH,
