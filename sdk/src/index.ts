@@ -49,13 +49,8 @@ export {
 export type { ErrorCode, ErrorEnvelope, RequestIssue } from "./errors.js";
 
 // JSON values
-export {
-  JsonSyntaxError,
-  NotJsonError,
-  assertJsonValue,
-  decodeJson,
-  encodeJson,
-} from "./json/json-value.js";
+export { NotJsonError, assertJsonValue, encodeJson } from "./json/json-value.js";
+export { JsonSyntaxError, decodeJson } from "./json/json-decode.js";
 export { frozenJson } from "./json/frozen-json.js";
 export { JsonPayloadSchema } from "./json/json-payload-schema.js";
 export type { JsonValue } from "./json/json-value.js";

@@ -16,7 +16,8 @@ import path from "node:path";
 import { CaptureLedger } from "#sdk/capture/ledger/capture-ledger.js";
 import { encodeRowLine } from "#sdk/capture/ledger/row-codec.js";
 import { captureKey, episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
-import { decodeJson, encodeJson } from "#sdk/json/json-value.js";
+import { encodeJson } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import { PolicyParticipant, type ModelRecord } from "#sdk/participants/model/policy-participant.js";
 
 function arg(name: string, fallback: number): number {

@@ -17,7 +17,8 @@
  * @module
  */
 import { setOwnKey } from "../util/own-key.js";
-import { decodeJson, decodeJsonWithin, type JsonValue } from "./json-value.js";
+import type { JsonValue } from "./json-value.js";
+import { decodeJson, decodeJsonWithin } from "./json-decode.js";
 
 /** Lines up to this size are decoded whole (the regular heap takes them cheaply). */
 const PIECE_BYTES = 64 * 1024;

@@ -7,7 +7,7 @@ import { CheckpointStateError } from "../errors.js";
 import { failpoint } from "../util/failpoints.js";
 import { captureKey, episodeIdFromWire, type EpisodeId } from "../identity/episode-id.js";
 import { decodeJsonLine } from "../json/json-line-decoder.js";
-import { decodedAsStandardJson } from "../json/json-value.js";
+import { decodedAsStandardJson } from "../json/json-decode.js";
 import { withDecodedPayloadsTrusted } from "../json/json-payload-schema.js";
 import {
   MANIFEST_SCHEMA_VERSION,

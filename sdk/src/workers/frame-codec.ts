@@ -21,12 +21,8 @@ import {
   type ErrorCode,
   ERROR_CATALOGUE,
 } from "../errors.js";
-import {
-  decodeJson,
-  encodeJson,
-  jsonValueNeedsExtended,
-  type JsonValue,
-} from "../json/json-value.js";
+import { encodeJson, jsonValueNeedsExtended, type JsonValue } from "../json/json-value.js";
+import { decodeJson } from "../json/json-decode.js";
 import { dropHead, headOf, partsLength } from "../util/buffer-parts.js";
 
 /**

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
 import { episodeId, type EpisodeId } from "#sdk/identity/episode-id.js";
 import { captureKeySet } from "#sdk/identity/scope-keys.js";
-import { decodeJson } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import {
   InjectedError,
   TestParticipant,

@@ -4,7 +4,8 @@ import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { JsonDepthScanner, MAX_BODY_DEPTH } from "#sdk/server/json-depth.js";
-import { decodeJson, encodeJson, type JsonValue } from "#sdk/json/json-value.js";
+import { encodeJson, type JsonValue } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import { JsonPayloadSchema } from "#sdk/json/json-payload-schema.js";
 
 /** The nesting depth of a parsed JSON value (the outermost container is level 1). */

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { CheckpointStateError } from "#sdk/errors.js";
 import { participantDir } from "#sdk/store/paths.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
-import { decodeJson } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import {
   INSTANCE,
   KIND,

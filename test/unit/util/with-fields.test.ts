@@ -1,7 +1,7 @@
 /** `withFields` builds what an object spread builds, for any JSON objects. */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodeJson } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import { withFields } from "#sdk/util/with-fields.js";
 
 const object = fc.dictionary(

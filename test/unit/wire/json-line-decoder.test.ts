@@ -6,13 +6,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { decodeJsonLine, decodeJsonLineIn } from "#sdk/json/json-line-decoder.js";
-import {
-  MAX_JSON_DEPTH,
-  decodeJson,
-  decodedAsStandardJson,
-  encodeJson,
-  type JsonValue,
-} from "#sdk/json/json-value.js";
+import { MAX_JSON_DEPTH, encodeJson, type JsonValue } from "#sdk/json/json-value.js";
+import { decodeJson, decodedAsStandardJson } from "#sdk/json/json-decode.js";
 
 type Outcome = { ok: true; value: JsonValue } | { ok: false; name: string; message: string };
 

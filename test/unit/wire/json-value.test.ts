@@ -3,15 +3,14 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
   encodeJsonPieces,
-  JsonSyntaxError,
   MAX_JSON_DEPTH,
   NotJsonError,
   assertJsonValue,
   jsonValueNeedsExtended,
-  decodeJson,
   encodeJson,
   type JsonValue,
 } from "#sdk/json/json-value.js";
+import { JsonSyntaxError, decodeJson } from "#sdk/json/json-decode.js";
 import { JsonPayloadSchema, withDecodedPayloadsTrusted } from "#sdk/json/json-payload-schema.js";
 
 // ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import { AgentSessionRecordSchema } from "#sdk/participants/agent/agent-records.
 import { EnvironmentRecordSchema } from "#sdk/participants/environment/environment-participant.js";
 import { ModelRecordSchema } from "#sdk/participants/model/policy-participant.js";
 import { ResourcesRecordSchema } from "#sdk/participants/resources/resources-participant.js";
-import { decodeJson } from "#sdk/json/json-value.js";
+import { decodeJson } from "#sdk/json/json-decode.js";
 import { withDecodedPayloadsTrusted } from "#sdk/json/json-payload-schema.js";
 import { parseDecodedRecord, recordSchema, type RecordBase } from "#sdk/wire/storage.js";
 import { z } from "zod";
