@@ -24,7 +24,7 @@ describe("sessionValue", () => {
     const values: Record<string, unknown> = {};
     const state = { turns: 3 };
     values["__proto__"] = state;
-    values.constructor = { turns: 1 };
+    values["constructor"] = { turns: 1 };
     expect(Object.hasOwn(values, "__proto__")).toBe(false);
     expect(sessionValue(values, "__proto__")).toBe(state);
     expect(sessionValue(values, "constructor")).toEqual({ turns: 1 });
