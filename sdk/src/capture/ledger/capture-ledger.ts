@@ -12,7 +12,7 @@ import {
   ledgerKeyBatch,
   type CaptureFileKind,
 } from "./files.js";
-import { DeferredFileWork, type FileWork } from "./deferred-file-work.js";
+import { DeferredSettling } from "./deferred-settling.js";
 import { readFenceLists, removeFenceLists, writeFenceList } from "./fence-lists.js";
 import { FENCE_WINDOW, attemptKeysThrough } from "./fence-window.js";
 import { planImport, type ImportPlan, type LedgerImport } from "./import-plan.js";
@@ -118,16 +118,12 @@ export class CaptureLedger {
   readonly #writers: WriterRegistry;
   /** Set when the writer registry cannot exist (see {@link #beforeChange}). */
   #unregistrable = false;
-  readonly #deferred = new DeferredFileWork();
+  /** The file work imports deferred, and the fence lists they wrote. */
+  readonly #deferred: DeferredSettling;
   #dirReady: Promise<void> | null = null;
-  #settling: Promise<void> | null = null;
   readonly #importing = new Mutex();
-  /** The fence lists this instance's imports wrote and still needs, with the keys each fences. */
-  readonly #fenceLists = new Map<string, readonly string[]>();
   /** The fence lists other executions left, turned into fences before the first operation. */
   #recovered: Promise<void> | null = null;
-  /** Whether deferred work ran on use (fence files among it) since the last directory fsync began. */
-  #settledSinceSync = false;
 
   /** A ledger over `dir`, created on the first write if missing. */
   constructor(dir: string, options: CaptureLedgerOptions = {}) {
@@ -135,6 +131,7 @@ export class CaptureLedger {
     this.#writers = new WriterRegistry(dir);
     this.#logger = options.logger ?? null;
     this.#beforeUse = options.beforeUse ?? null;
+    this.#deferred = new DeferredSettling(dir, this.#locks, this.#logger);
     if (options.recoverFenceLists === false) this.#recovered = Promise.resolve();
   }
 
@@ -295,7 +292,7 @@ export class CaptureLedger {
     if (batch.length === 0) return { removed: [], absent: [] };
     // A fence list naming a deleted key would fence it again after a crash: the lists naming
     // these keys are finished (every fence written, the lists removed) first.
-    if (this.#listed(batch)) await this.settleDeferred();
+    if (this.#deferred.listed(batch)) await this.settleDeferred();
     const removedFlags = await this.#run(batch, async () => {
       await this.#beforeChange();
       const flags = await inSlices(batch, (key) => this.#deleteFiles(key));
@@ -414,7 +411,7 @@ export class CaptureLedger {
             creates: false,
           });
         }
-        this.#fenceLists.set(list, sources);
+        this.#deferred.addFenceList(list, sources);
       }
       // The clearing and the fence list (a new list directory's entry too) are durable before
       // the import returns.
@@ -498,19 +495,7 @@ export class CaptureLedger {
    * key's next operation.
    */
   settleInBackground(): Promise<void> {
-    if (this.#settling !== null) return this.#settling;
-    if (this.#deferred.size === 0) return Promise.resolve();
-    this.#settling = this.settleDeferred()
-      .catch((error: unknown) => {
-        this.#logger?.warn(
-          { err: error, dir: this.#dir },
-          "could not write the ledgers a restore deferred; each is written on its key's next use",
-        );
-      })
-      .finally(() => {
-        this.#settling = null;
-      });
-    return this.#settling;
+    return this.#deferred.inBackground();
   }
 
   /**
@@ -521,65 +506,7 @@ export class CaptureLedger {
    * waiting and the others still settle; then the call rejects with the first failure.
    */
   async settleDeferred(): Promise<void> {
-    // A key whose work fails is tried once per call, and the keys after it still settle (one
-    // bad file must not leave thousands of ledgers unwritten); work deferred meanwhile joins in.
-    const failed = new Set<string>();
-    let firstFailure: unknown = null;
-    for (;;) {
-      const keys = this.#deferred
-        .keys()
-        .filter((key) => !failed.has(key))
-        .slice(0, SETTLE_BATCH_KEYS);
-      if (keys.length === 0) break;
-      await this.#locks.run(keys, async () => {
-        const outcome = await this.#settleEach(keys);
-        // The writes and deletions are durable: appends to these ledgers need no fsync of it.
-        this.#settledSinceSync = false;
-        await fsyncDir(this.#dir);
-        this.#deferred.synced(keys);
-        for (const key of outcome.failed) failed.add(key);
-        firstFailure ??= outcome.failure;
-      });
-    }
-    if (firstFailure !== null) throw firstFailure;
-    await this.#dropSettledFenceLists();
-  }
-
-  /**
-   * Removes the fence lists whose every key has its fence file, once a directory fsync made
-   * those fences durable (keys settled one by one, on use, were not fsynced yet).
-   */
-  async #dropSettledFenceLists(): Promise<void> {
-    const settled = [...this.#fenceLists].filter(([, keys]) =>
-      keys.every((key) => this.#deferred.get(key) === undefined),
-    );
-    if (settled.length === 0) return;
-    // Claimed before any await: a settle running beside this one (the background one and an
-    // import's) leaves them to this one.
-    for (const [name] of settled) this.#fenceLists.delete(name);
-    try {
-      if (this.#settledSinceSync) {
-        this.#settledSinceSync = false;
-        await fsyncDir(this.#dir);
-      }
-      await removeFenceLists(
-        this.#dir,
-        settled.map(([name]) => name),
-      );
-    } catch (error) {
-      for (const [name, keys] of settled) this.#fenceLists.set(name, keys);
-      throw error;
-    }
-  }
-
-  /** Whether a fence list this instance still needs names one of `keys`. */
-  #listed(keys: readonly string[]): boolean {
-    if (this.#fenceLists.size === 0) return false;
-    const wanted = new Set(keys);
-    for (const listed of this.#fenceLists.values()) {
-      if (listed.some((key) => wanted.has(key))) return true;
-    }
-    return false;
+    await this.#deferred.settleAll();
   }
 
   /**
@@ -640,44 +567,9 @@ export class CaptureLedger {
     await this.#recoverFenceLists();
     await this.#beforeUse?.(unique);
     return await this.#locks.run(unique, async () => {
-      await this.#settle(unique);
+      await this.#deferred.settle(unique);
       return await fn();
     });
-  }
-
-  /**
-   * Runs the deferred work of `keys` (their locks held): every first part, one directory fsync
-   * when some work has a second part, then the second parts. A failure is thrown and leaves the
-   * work that did not finish waiting.
-   */
-  async #settle(keys: readonly string[]): Promise<void> {
-    if (this.#deferred.size === 0) return;
-    if (keys.some((key) => this.#deferred.get(key) !== undefined)) this.#settledSinceSync = true;
-    const { failure } = await this.#settleEach(keys);
-    if (failure !== null) throw failure;
-  }
-
-  /**
-   * Runs the deferred work of each of `keys` (their locks held), each on its own: a key whose
-   * work throws stays waiting and the others are done. Returns the keys that failed and the
-   * first failure (null when none did).
-   */
-  async #settleEach(keys: readonly string[]): Promise<{ failed: string[]; failure: unknown }> {
-    const failed: string[] = [];
-    let failure: unknown = null;
-    if (this.#deferred.size === 0) return { failed, failure };
-    const settling: string[] = [];
-    for (const key of keys) if (this.#deferred.get(key) !== undefined) settling.push(key);
-    await inSlices(settling, (key) => {
-      try {
-        (this.#deferred.get(key) as FileWork).run();
-        this.#deferred.done(key);
-      } catch (error) {
-        failed.push(key);
-        failure ??= error;
-      }
-    });
-    return { failed, failure };
   }
 
   /**
@@ -828,9 +720,6 @@ export class CaptureLedger {
     }
   }
 }
-
-/** Keys per batch of {@link CaptureLedger.settleDeferred}: one directory fsync each. */
-const SETTLE_BATCH_KEYS = 1024;
 
 /** Splits a batch by per-key flags into removed and absent keys, keeping batch order. */
 function partition(batch: readonly string[], removed: readonly boolean[]): LedgerRemoval {
