@@ -37,7 +37,8 @@ import { DispatchLog } from "./dispatch-log.js";
 import { checkEnvironments, pickEnvironment } from "./environment-routing.js";
 import { FailureWatch, type FailureStreak } from "./failure-streak.js";
 import { Fencer } from "./fencer.js";
-import { planResume, rowRolloutId } from "./resume-plan.js";
+import { InputRollouts } from "./input-rollouts.js";
+import { planResume } from "./resume-plan.js";
 import {
   OutputFile,
   rolloutRow,
@@ -86,10 +87,7 @@ export class Collection {
   #watch = new FailureWatch(0);
   #failing: FailureStreak | null = null;
   #dispatch: DispatchLog | null = null;
-  #source: AsyncGenerator<TaskRow> | null = null;
-  #sourceRow: TaskRow | null = null;
-  #sourceRepeat = 0;
-  #sourceDone = false;
+  #source: InputRollouts | null = null;
   #pulling: Promise<Pending | null> | null = null;
   readonly #queue: Pending[] = [];
   /** Rollouts restored or fenced at the start: the input's pass skips them. */
@@ -278,7 +276,12 @@ export class Collection {
       if (plan.fence.length > 0) {
         await this.#fenceAtStart(plan.fence, scanned.kept);
       }
-      this.#source = readTaskRows(options.input, this.#rowOptions);
+      this.#source = new InputRollouts({
+        rows: readTaskRows(options.input, this.#rowOptions),
+        runId,
+        repeats: this.#repeats,
+        skip: (rolloutId) => this.#output.has(rolloutId) || this.#claimed.has(rolloutId),
+      });
     } catch (error) {
       await this.#closeFiles();
       throw error;
@@ -454,7 +457,7 @@ export class Collection {
       if (this.#stopping) return null;
       const queued = this.#queue.shift();
       if (queued !== undefined) return queued;
-      if (!this.#sourceDone) {
+      if (!(this.#source as InputRollouts).done) {
         if (this.#pulling !== null) {
           // One pull at a time: wait for the other worker's, then look again.
           await this.#pulling;
@@ -476,25 +479,12 @@ export class Collection {
 
   /** The next rollout from the input not ended, restored or fenced already; null at its end. */
   async #pull(): Promise<Pending | null> {
-    const source = this.#source as AsyncGenerator<TaskRow>;
-    for (;;) {
-      if (this.#sourceRow === null || this.#sourceRepeat >= this.#repeats) {
-        const next = await source.next();
-        if (next.done === true) {
-          this.#sourceDone = true;
-          this.#wake();
-          return null;
-        }
-        this.#sourceRow = next.value;
-        this.#sourceRepeat = 0;
-      }
-      const row = this.#sourceRow;
-      const repeat = this.#sourceRepeat++;
-      const rolloutId = rowRolloutId(this.#runId, row.index, repeat);
-      // The input is read once, in order: only rows queued at the start can come up again.
-      if (this.#output.has(rolloutId) || this.#claimed.has(rolloutId)) continue;
-      return { row, repeat, episode: episodeId(rolloutId, 0), restored: false, lost: 0 };
+    const next = await (this.#source as InputRollouts).next();
+    if (next === null) {
+      this.#wake();
+      return null;
     }
+    return { ...next, restored: false, lost: 0 };
   }
 
   #wake(): void {
@@ -658,7 +648,7 @@ export class Collection {
   async #closeFiles(): Promise<void> {
     await this.#output?.close().catch(() => undefined);
     await this.#dispatch?.close().catch(() => undefined);
-    await this.#source?.return(undefined).catch(() => undefined);
+    await this.#source?.close().catch(() => undefined);
   }
 
   // ---- checkpoints -------------------------------------------------------------------------
