@@ -93,7 +93,7 @@ export type {
   ServerFactory,
   ServerModuleExport,
   StartableServer,
-} from "./cli/run-server.js";
+} from "./server/serve.js";
 
 // Calls to peer servers (an agent calls its model and resources servers)
 export { ServerClient } from "./client/server-client.js";

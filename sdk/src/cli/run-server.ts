@@ -20,26 +20,11 @@ import { SESSION_SECRET_ENV, takeEnv } from "./session-secrets.js";
 import { drainBeforeStop, termGraceOf, type DrainEnd } from "./term-grace.js";
 import {
   ServerModuleError,
-  buildServer,
   startServer,
   type RunningServer,
-  type ServerClass,
-  type ServerFactory,
   type ServerModuleExport,
-  type StartableServer,
 } from "../server/serve.js";
 import { serveEntry } from "../workers/serve-entry.js";
-
-export {
-  ServerModuleError,
-  buildServer,
-  startServer,
-  type RunningServer,
-  type ServerClass,
-  type ServerFactory,
-  type ServerModuleExport,
-  type StartableServer,
-};
 
 /** Imports a server module and returns its default export, checked. */
 export async function importServerModule(entrypoint: string): Promise<ServerModuleExport> {

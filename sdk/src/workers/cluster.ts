@@ -28,11 +28,13 @@ import { WorkerPool } from "./worker-pool.js";
 /** How long stopping waits for the workers before killing them (ms). */
 const WORKER_STOP_GRACE_MS = 15_000;
 
-/** What the cluster needs to start a server. */
+/** What serving one deployment entry needs (a cluster, or one process when `workers` is 1). */
 export interface WorkerClusterArgs {
+  /** The server module's default export. */
   readonly exported: ServerModuleExport;
   readonly options: ServerOptions;
   readonly listen: { readonly port: number; readonly host: string };
+  /** The entry's `num_workers`: above 1, a coordinator and that many worker processes. */
   readonly workers: number;
   readonly logger: Logger;
   /** The term grace of `gym serve --term-grace` (ms; 0: none). */

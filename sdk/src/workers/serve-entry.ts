@@ -5,22 +5,11 @@
  *
  * @see docs/workers.md
  */
-import type { Logger } from "pino";
-import type { ServerOptions } from "../server/server.js";
-import { startServer, type RunningServer, type ServerModuleExport } from "../server/serve.js";
+import { startServer, type RunningServer } from "../server/serve.js";
+import type { WorkerClusterArgs } from "./cluster.js";
 
-/** What serving one deployment entry needs. */
-export interface ServeEntryArgs {
-  /** The server module's default export. */
-  readonly exported: ServerModuleExport;
-  readonly options: ServerOptions;
-  readonly listen: { readonly port: number; readonly host: string };
-  /** The entry's `num_workers`: above 1, a coordinator and that many worker processes. */
-  readonly workers: number;
-  readonly logger: Logger;
-  /** The term grace of `gym serve --term-grace` (ms; 0: none). */
-  readonly termGraceMs: number;
-}
+/** What serving one deployment entry needs: the cluster's arguments, one shape for both. */
+export type ServeEntryArgs = WorkerClusterArgs;
 
 /**
  * Starts this process's part of a deployment entry's server and returns it listening: the

@@ -16,14 +16,8 @@ import { planFileText } from "#sdk/cli/supervisor.js";
 import { CliError, UsageError, type Io } from "#sdk/cli/output.js";
 import { chooseFreePorts } from "#sdk/cli/ports.js";
 import { isGroupAlive, isProcessAlive, stopGroups } from "#sdk/cli/processes.js";
-import {
-  ServerModuleError,
-  buildServer,
-  importServerModule,
-  isMainModule,
-  startFromDeployment,
-  type RunningServer,
-} from "#sdk/cli/run-server.js";
+import { importServerModule, isMainModule, startFromDeployment } from "#sdk/cli/run-server.js";
+import { ServerModuleError, buildServer, type RunningServer } from "#sdk/server/serve.js";
 import { writeState, type RunState } from "#sdk/cli/state-file.js";
 import { ResolvedDeploymentSchema } from "#sdk/wire/deployment.js";
 
