@@ -63,6 +63,7 @@ import {
   type StatusReply,
 } from "../wire/control.js";
 import type { CommitReply, Manifest, RecordBase, RestoreReply } from "../wire/storage.js";
+import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 
 /** How many resumed checkpoint IDs are remembered for `stale_checkpoint`. */
@@ -116,11 +117,6 @@ export interface SpanningParticipant {
   ): Promise<void>;
 }
 
-interface StoredResult {
-  readonly args: string;
-  readonly reply: unknown;
-}
-
 /** The write of one checkpoint: one export, one writer, one cleanup. */
 interface WriteState<R extends RecordBase> {
   readonly checkpointId: string;
@@ -134,15 +130,6 @@ interface WriteState<R extends RecordBase> {
   writeTask: Promise<Manifest> | null;
   cleanupTask: Promise<void> | null;
   cleanupRunning: boolean;
-}
-
-/**
- * What a retried commit or restore must repeat: its directory and its scope's digest (cached per
- * parsed scope, so the write's own comparison reuses it). The directory's JSON ends at its
- * closing quote, so the two cannot run into each other; the digest is not escaped a second time.
- */
-function argsOf(dir: string, episodes: readonly EpisodeId[] | null): string {
-  return `${JSON.stringify(dir)} ${scopeDigest(episodes)}`;
 }
 
 /** The latest attempt named per rollout, so each rollout is stopped once. */
@@ -209,7 +196,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   #leaseExpiresAt: number | null = null;
   #leaseWatcher: AbortController | null = null;
   readonly #resumedIds = new Set<string>();
-  readonly #results = new Map<string, Map<Operation, StoredResult>>();
+  readonly #replies = new CompletedReplies();
   #write: WriteState<R> | null = null;
   #install: Promise<void> | null = null;
   #restoreGeneration = 0;
@@ -341,10 +328,10 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   /** Closes admission and waits (until the deadline) for every execution to reach a boundary. */
   async prepare(request: PrepareRequest): Promise<PrepareReply> {
     const id = request.checkpoint_id;
-    const stored = this.#stored(id, "prepare", "");
+    const stored = this.#replies.get(id, "prepare", "");
     if (stored !== undefined) return stored as PrepareReply;
     const replay = await this.#lock.runExclusive(async () => {
-      const again = this.#stored(id, "prepare", "");
+      const again = this.#replies.get(id, "prepare", "");
       if (again !== undefined) return again as PrepareReply;
       this.#fence(id, ["idle", "preparing"], "prepare");
       if (this.#phase === "idle") {
@@ -383,7 +370,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (!report.ready) return { phase: "preparing", report };
       this.#phase = "prepared";
       const reply: PrepareReply = { phase: "prepared", report };
-      this.#store(id, "prepare", "", reply);
+      this.#replies.set(id, "prepare", "", reply);
       return reply;
     });
   }
@@ -404,12 +391,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   /** Exports once, writes records then manifest, frees unscoped restored state. */
   async commit(request: CommitRequest): Promise<CommitReply> {
     const id = request.checkpoint_id;
-    const args = argsOf(request.checkpoint_dir, request.episode_ids);
-    const stored = this.#stored(id, "commit", args);
+    const args = replyArgs(request.checkpoint_dir, request.episode_ids);
+    const stored = this.#replies.get(id, "commit", args);
     if (stored !== undefined) return stored as CommitReply;
     const joined = await this.#lock.runExclusive(
       (): { reply: CommitReply } | { write: WriteState<R> } => {
-        const again = this.#stored(id, "commit", args);
+        const again = this.#replies.get(id, "commit", args);
         if (again !== undefined) return { reply: again as CommitReply };
         this.#fence(id, ["prepared"], "commit");
         this.#renewLease(request.deadline_ts);
@@ -460,7 +447,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
 
     return await this.#lock.runExclusive(() => {
-      const again = this.#stored(id, "commit", args);
+      const again = this.#replies.get(id, "commit", args);
       if (again !== undefined) return again as CommitReply;
       if (this.#resumedIds.has(id)) throw CheckpointError.stale(id);
       this.#fence(id, ["prepared", "committed"], "commit");
@@ -471,7 +458,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         episode_ids: sortedCaptureKeys(records.map((record) => record.episode_id)),
       };
       this.#phase = "committed";
-      this.#store(id, "commit", args, reply);
+      this.#replies.set(id, "commit", args, reply);
       const bytes = write.writer.bytesWritten;
       const parts = { [ATTR.records]: records.length, [ATTR.bytes]: bytes };
       timedSpan("gym.checkpoint.export", startedAt, exportedAt, { [ATTR.records]: records.length });
@@ -520,11 +507,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   /** Installs the checkpointed state of `episode_ids` as their next attempts (fresh process). */
   async restore(request: RestoreRequest): Promise<RestoreReply> {
     const id = request.checkpoint_id;
-    const args = argsOf(request.checkpoint_dir, request.episode_ids);
-    const stored = this.#stored(id, "restore", args);
+    const args = replyArgs(request.checkpoint_dir, request.episode_ids);
+    const stored = this.#replies.get(id, "restore", args);
     if (stored !== undefined) return stored as RestoreReply;
     return await this.#lock.runExclusive(async () => {
-      const again = this.#stored(id, "restore", args);
+      const again = this.#replies.get(id, "restore", args);
       if (again !== undefined) return again as RestoreReply;
       this.#fence(id, ["idle"], "restore");
       this.#spanning?.checkMembership("restore");
@@ -602,7 +589,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         source_checkpoint_id: manifest.checkpoint_id,
         restored: sortedCaptureKeys(records.map((record) => nextAttempt(record.episode_id))),
       };
-      this.#store(id, "restore", args, reply);
+      this.#replies.set(id, "restore", args, reply);
       const installedAt = performance.now();
       const bytes = await recordsFileBytes(location, manifest.records_file);
       timedSpan("gym.checkpoint.read", startedAt, readAt, {
@@ -735,27 +722,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   }
 
   // ---------------------------------------------------------------- internals
-
-  #stored(id: string, operation: Operation, args: string): unknown {
-    const result = this.#results.get(id)?.get(operation);
-    if (result === undefined) return undefined;
-    if (result.args !== args) {
-      throw CheckpointError.conflict(
-        `checkpoint '${id}' was already ${operation === "commit" ? "committed" : "restored"} ` +
-          "with another directory or scope; retry with the same arguments or use a new ID",
-      );
-    }
-    return result.reply;
-  }
-
-  #store(id: string, operation: Operation, args: string, reply: unknown): void {
-    let results = this.#results.get(id);
-    if (results === undefined) {
-      results = new Map();
-      this.#results.set(id, results);
-    }
-    results.set(operation, { args, reply });
-  }
 
   #fence(id: string, allowed: readonly Phase[], operation: Operation): void {
     if (this.#resumedIds.has(id)) throw CheckpointError.stale(id);
@@ -942,7 +908,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     // Admission is open again: a reopen left pending by an earlier failed restore is done.
     this.#pendingReopen = false;
     this.#rememberResumed(id);
-    this.#results.delete(id);
+    this.#replies.delete(id);
     this.#phase = "idle";
     this.#checkpointId = null;
     this.#clearLease();
