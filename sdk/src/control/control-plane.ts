@@ -65,9 +65,8 @@ import {
 import type { CommitReply, Manifest, RecordBase, RestoreReply } from "../wire/storage.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
+import { ResumedIds } from "./resumed-ids.js";
 
-/** How many resumed checkpoint IDs are remembered for `stale_checkpoint`. */
-export const REMEMBERED_RESUMED_IDS = 64;
 /** Deadline (seconds from now) a lease expiry gives itself to reopen, and its retry interval. */
 export const LEASE_REOPEN_SECONDS = 30;
 /** At most this many per-rollout retires or deletions run at once. */
@@ -195,7 +194,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   #checkpointId: string | null = null;
   #leaseExpiresAt: number | null = null;
   #leaseWatcher: AbortController | null = null;
-  readonly #resumedIds = new Set<string>();
+  readonly #resumedIds = new ResumedIds();
   readonly #replies = new CompletedReplies();
   #write: WriteState<R> | null = null;
   #install: Promise<void> | null = null;
@@ -629,11 +628,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
           }
           await this.participant.openAdmission();
           this.#pendingReopen = false;
-          this.#rememberResumed(id);
+          this.#resumedIds.remember(id);
           return { phase: "idle", idempotent: false };
         }
         // Remembered so a delayed prepare of an aborted checkpoint is refused as stale.
-        this.#rememberResumed(id);
+        this.#resumedIds.remember(id);
         return { phase: "idle", idempotent: true };
       }
       this.#fence(id, ["preparing", "prepared", "committed", "restored"], "resume");
@@ -743,15 +742,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       );
     }
     if (this.#phase === "restored") this.#renewLease(request.deadline_ts);
-  }
-
-  #rememberResumed(id: string): void {
-    this.#resumedIds.delete(id);
-    this.#resumedIds.add(id);
-    while (this.#resumedIds.size > REMEMBERED_RESUMED_IDS) {
-      const oldest = this.#resumedIds.values().next().value as string;
-      this.#resumedIds.delete(oldest);
-    }
   }
 
   async #waitReady(id: string, deadlineTs: number): Promise<void> {
@@ -907,7 +897,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     await this.participant.openAdmission();
     // Admission is open again: a reopen left pending by an earlier failed restore is done.
     this.#pendingReopen = false;
-    this.#rememberResumed(id);
+    this.#resumedIds.remember(id);
     this.#replies.delete(id);
     this.#phase = "idle";
     this.#checkpointId = null;

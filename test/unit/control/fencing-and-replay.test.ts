@@ -3,7 +3,7 @@
  * docs/control-plane.md.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { REMEMBERED_RESUMED_IDS } from "#sdk/control/control-plane.js";
+import { REMEMBERED_RESUMED_IDS } from "#sdk/control/resumed-ids.js";
 import {
   commitReq,
   expectCode,
