@@ -27,16 +27,10 @@ import {
   forEachConcurrently,
   isPast,
   msUntil,
-  nowTs,
   sleep,
 } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
-import {
-  recordEvent,
-  recordOperation,
-  recordVolume,
-  type ParticipantGauges,
-} from "../telemetry/metrics.js";
+import { recordOperation, recordVolume, type ParticipantGauges } from "../telemetry/metrics.js";
 import { ATTR } from "../telemetry/names.js";
 import { inSpan, tracer } from "../telemetry/spans.js";
 import { Mutex } from "../util/mutex.js";
@@ -63,12 +57,11 @@ import {
   type StatusReply,
 } from "../wire/control.js";
 import type { CommitReply, Manifest, RecordBase, RestoreReply } from "../wire/storage.js";
+import { CheckpointLease } from "./checkpoint-lease.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 import { ResumedIds } from "./resumed-ids.js";
 
-/** Deadline (seconds from now) a lease expiry gives itself to reopen, and its retry interval. */
-export const LEASE_REOPEN_SECONDS = 30;
 /** At most this many per-rollout retires or deletions run at once. */
 export const STOP_CONCURRENCY = 16;
 /** Rollouts dropped between two turns of the event loop by a large forget. */
@@ -189,18 +182,16 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   readonly #log: Logger;
   readonly #spanning: SpanningParticipant | null;
   readonly #lock = new Mutex();
+  readonly #lease: CheckpointLease;
 
   #phase: Phase = "idle";
   #checkpointId: string | null = null;
-  #leaseExpiresAt: number | null = null;
-  #leaseWatcher: AbortController | null = null;
   readonly #resumedIds = new ResumedIds();
   readonly #replies = new CompletedReplies();
   #write: WriteState<R> | null = null;
   #install: Promise<void> | null = null;
   #restoreGeneration = 0;
   #pendingReopen = false;
-  #closed = false;
 
   constructor(participant: Participant<R>, options: ControlPlaneOptions) {
     this.participant = participant;
@@ -211,6 +202,14 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       throw new RangeError(`leaseGraceSeconds must be > 0, got ${this.leaseGraceSeconds}`);
     }
     this.#log = options.logger ?? pino({ level: "silent" });
+    this.#lease = new CheckpointLease({
+      graceSeconds: this.leaseGraceSeconds,
+      lock: this.#lock,
+      log: this.#log,
+      kind: participant.kind,
+      activeCheckpoint: () => this.#checkpointId,
+      resume: async (id, deadlineTs) => await this.#reopen(id, deadlineTs),
+    });
   }
 
   /** The current phase. */
@@ -243,7 +242,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
   /** When the lease expires (Unix seconds), or null. */
   get leaseExpiresAt(): number | null {
-    return this.#leaseExpiresAt;
+    return this.#lease.expiresAt;
   }
 
   /**
@@ -318,7 +317,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       instance: this.instance,
       phase: this.#phase,
       checkpoint_id: this.#checkpointId,
-      lease_expires_at: this.#leaseExpiresAt,
+      lease_expires_at: this.#lease.expiresAt,
       retired_rollouts: this.participant.retired.size,
       report: this.participant.readiness(),
     };
@@ -337,7 +336,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         this.#spanning?.checkMembership("prepare");
         this.#checkpointId = id;
         this.#phase = "preparing";
-        this.#renewLease(request.deadline_ts);
+        this.#lease.renew(request.deadline_ts);
         try {
           await this.participant.closeAdmission(request);
         } catch (error) {
@@ -346,7 +345,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         }
         this.#log.info({ checkpointId: id }, "admission closed for prepare");
       } else {
-        this.#renewLease(request.deadline_ts);
+        this.#lease.renew(request.deadline_ts);
       }
       return null;
     });
@@ -382,8 +381,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         ["preparing", "prepared", "committed", "restored"],
         "renew",
       );
-      this.#renewLease(request.deadline_ts);
-      return { lease_expires_at: this.#leaseExpiresAt as number };
+      this.#lease.renew(request.deadline_ts);
+      return { lease_expires_at: this.#lease.expiresAt as number };
     });
   }
 
@@ -398,7 +397,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         const again = this.#replies.get(id, "commit", args);
         if (again !== undefined) return { reply: again as CommitReply };
         this.#fence(id, ["prepared"], "commit");
-        this.#renewLease(request.deadline_ts);
+        this.#lease.renew(request.deadline_ts);
         return { write: this.#joinWrite(request) };
       },
     );
@@ -582,7 +581,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
       this.#checkpointId = id;
       this.#phase = "restored";
-      this.#renewLease(deadline);
+      this.#lease.renew(deadline);
       const reply: RestoreReply = {
         phase: "restored",
         source_checkpoint_id: manifest.checkpoint_id,
@@ -716,8 +715,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
   /** Stops the lease watcher (server shutdown). The phase is left as it is. */
   close(): void {
-    this.#closed = true;
-    this.#stopLeaseWatcher();
+    this.#lease.close();
   }
 
   // ---------------------------------------------------------------- internals
@@ -741,7 +739,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         `checkpoint '${this.#checkpointId}' is active; ${operation} must name it`,
       );
     }
-    if (this.#phase === "restored") this.#renewLease(request.deadline_ts);
+    if (this.#phase === "restored") this.#lease.renew(request.deadline_ts);
   }
 
   async #waitReady(id: string, deadlineTs: number): Promise<void> {
@@ -771,7 +769,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     }
     this.#phase = "idle";
     this.#checkpointId = null;
-    this.#clearLease();
+    this.#lease.clear();
   }
 
   /** Starts or joins this checkpoint's write, refusing what a commit refuses. Under the lock. */
@@ -901,7 +899,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.#replies.delete(id);
     this.#phase = "idle";
     this.#checkpointId = null;
-    this.#clearLease();
+    this.#lease.clear();
     this.participant.notify();
     this.#log.info({ checkpointId: id }, "checkpoint resumed");
   }
@@ -941,59 +939,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
           }),
         ),
     );
-  }
-
-  #renewLease(deadlineTs: number): void {
-    this.#leaseExpiresAt = Math.max(this.#leaseExpiresAt ?? 0, deadlineTs + this.leaseGraceSeconds);
-    if (this.#leaseWatcher === null && this.#checkpointId !== null && !this.#closed) {
-      const watcher = new AbortController();
-      this.#leaseWatcher = watcher;
-      swallow(this.#watchLease(this.#checkpointId, watcher));
-    }
-  }
-
-  #clearLease(): void {
-    this.#leaseExpiresAt = null;
-    this.#stopLeaseWatcher();
-  }
-
-  #stopLeaseWatcher(): void {
-    this.#leaseWatcher?.abort();
-    this.#leaseWatcher = null;
-  }
-
-  async #watchLease(id: string, watcher: AbortController): Promise<void> {
-    const { signal } = watcher;
-    try {
-      while (!signal.aborted) {
-        const expiresAt = this.#leaseExpiresAt;
-        if (expiresAt === null || this.#checkpointId !== id) return;
-        const wait = expiresAt * 1000 - Date.now();
-        if (wait > 0) {
-          await sleep(wait, signal).catch(() => undefined);
-          continue;
-        }
-        try {
-          const finished = await this.#lock.runExclusive(async () => {
-            if (this.#checkpointId !== id || this.#leaseExpiresAt === null) return true;
-            if (this.#leaseExpiresAt * 1000 > Date.now()) return false; // renewed meanwhile
-            this.#log.warn({ checkpointId: id }, "lease expired: resuming on our own");
-            recordEvent("lease_expired", { kind: this.participant.kind });
-            await this.#reopen(id, nowTs() + LEASE_REOPEN_SECONDS);
-            return true;
-          });
-          if (finished) return;
-        } catch (error) {
-          this.#log.error(
-            { err: error, checkpointId: id },
-            `lease expiry could not reopen; retrying in ${LEASE_REOPEN_SECONDS} s`,
-          );
-          await sleep(LEASE_REOPEN_SECONDS * 1000, signal).catch(() => undefined);
-        }
-      }
-    } finally {
-      if (this.#leaseWatcher === watcher) this.#leaseWatcher = null;
-    }
   }
 }
 

@@ -4,7 +4,7 @@
  */
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { LEASE_REOPEN_SECONDS } from "#sdk/control/control-plane.js";
+import { LEASE_REOPEN_SECONDS } from "#sdk/control/checkpoint-lease.js";
 import {
   InjectedError,
   commitReq,
