@@ -21,14 +21,7 @@ import {
 } from "../store/records-reader.js";
 import { participantDir, type ParticipantLocation } from "../store/paths.js";
 import { RecordsWriter, refuseOccupiedDir } from "../store/records-writer.js";
-import {
-  awaitUntil,
-  deadlineSignal,
-  forEachConcurrently,
-  isPast,
-  msUntil,
-  sleep,
-} from "../util/deadline.js";
+import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
 import { recordOperation, recordVolume, type ParticipantGauges } from "../telemetry/metrics.js";
 import { ATTR } from "../telemetry/names.js";
@@ -61,9 +54,8 @@ import { CheckpointLease } from "./checkpoint-lease.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 import { ResumedIds } from "./resumed-ids.js";
+import { stopEachRollout } from "./rollout-stops.js";
 
-/** At most this many per-rollout retires or deletions run at once. */
-export const STOP_CONCURRENCY = 16;
 /** Rollouts dropped between two turns of the event loop by a large forget. */
 export const FORGET_SLICE = 2048;
 /** A waiting prepare re-checks readiness at least this often (ms) even without a notification. */
@@ -122,16 +114,6 @@ interface WriteState<R extends RecordBase> {
   writeTask: Promise<Manifest> | null;
   cleanupTask: Promise<void> | null;
   cleanupRunning: boolean;
-}
-
-/** The latest attempt named per rollout, so each rollout is stopped once. */
-function latestPerRollout(episodes: readonly EpisodeId[]): EpisodeId[] {
-  const latest = new Map<string, EpisodeId>();
-  for (const e of episodes) {
-    const current = latest.get(e.rollout_id);
-    if (current === undefined || e.attempt > current.attempt) latest.set(e.rollout_id, e);
-  }
-  return [...latest.values()];
 }
 
 function swallow(promise: Promise<unknown>): void {
@@ -659,9 +641,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       try {
         const work = (async () => {
           if (this.#install !== null) await this.#install.catch(() => undefined);
-          await forEachConcurrently(
-            latestPerRollout(request.episode_ids),
-            STOP_CONCURRENCY,
+          await stopEachRollout(
+            request.episode_ids,
             async (episode) => await this.participant.retire(episode, signal),
           );
         })();
@@ -856,9 +837,8 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (pending.length === 0) return;
       const inScope = captureKeySet(scope);
       const unscoped = pending.filter((episode) => !inScope.has(captureKey(episode)));
-      await forEachConcurrently(
-        latestPerRollout(unscoped),
-        STOP_CONCURRENCY,
+      await stopEachRollout(
+        unscoped,
         async (episode) =>
           await this.participant.deleteRestored(episode, new AbortController().signal),
       );

@@ -3,7 +3,8 @@
  * docs/control-plane.md.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ControlPlane, STOP_CONCURRENCY } from "#sdk/control/control-plane.js";
+import { ControlPlane } from "#sdk/control/control-plane.js";
+import { STOP_CONCURRENCY } from "#sdk/control/rollout-stops.js";
 import { GymError } from "#sdk/errors.js";
 import type { ForgetRequest, RetireRequest } from "#sdk/wire/control.js";
 import {
