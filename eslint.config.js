@@ -33,7 +33,7 @@ const LAYERS = [
 const layerRules = LAYERS.map((layer, index) => {
   const above = LAYERS.slice(index + 1);
   // The entry points sit above every layer: nothing inside imports them.
-  const upward = [...above, "index", "controller"];
+  const upward = [...above, "index", "controller", "protocol"];
   return {
     files: layer === "errors" ? ["sdk/src/errors.ts"] : [`sdk/src/${layer}/**/*.ts`],
     rules: {

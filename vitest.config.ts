@@ -37,6 +37,10 @@ export default defineConfig({
         replacement: fileURLToPath(new URL("./sdk/src/controller.ts", import.meta.url)),
       },
       {
+        find: /^gym-participant-sdk\/protocol$/,
+        replacement: fileURLToPath(new URL("./sdk/src/protocol.ts", import.meta.url)),
+      },
+      {
         find: /^gym-participant-sdk\/capture$/,
         replacement: fileURLToPath(new URL("./sdk/src/capture/index.ts", import.meta.url)),
       },

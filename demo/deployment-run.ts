@@ -7,8 +7,8 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { REPO, gym } from "./gym-process.js";
 import { serverProcesses } from "./process-tree.js";
+import { ServerClient } from "gym-participant-sdk";
 import {
-  ServerClient,
   discover,
   type Participants,
   type ResolvedDeployment,

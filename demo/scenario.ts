@@ -5,14 +5,12 @@
  * every rollout finished before the checkpoint or was exported, every exported one finished
  * after the restore with the right reward, and no delivered model call ran twice.
  */
+import { captureKey, episodeId, type EpisodeId } from "gym-participant-sdk";
 import {
-  captureKey,
   commit,
-  episodeId,
   prepare,
   restore,
   resume,
-  type EpisodeId,
   type MemberTiming,
   type ParticipantKind,
   type PrepareResult,

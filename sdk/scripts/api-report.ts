@@ -64,6 +64,7 @@ emitDeclarations();
 const ENTRY_POINTS = [
   { report: "gym-participant-sdk", types: "index.d.ts" },
   { report: "gym-participant-sdk-controller", types: "controller.d.ts" },
+  { report: "gym-participant-sdk-protocol", types: "protocol.d.ts" },
   { report: "gym-participant-sdk-capture", types: "capture/index.d.ts" },
   { report: "gym-participant-sdk-testing", types: "testing/index.d.ts" },
 ] as const;

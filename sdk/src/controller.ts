@@ -1,37 +1,16 @@
 /**
- * gym-participant-sdk/controller: the training controller's side. Calls to the servers of a
- * deployment ({@link ServerClient}), the checkpoint coordination across participants
- * (discover, prepare, commit, resume, restore, retire, forget), rollout collection over a dataset
- * ({@link collect}), the deployment file, and the shapes of control requests, replies and
- * checkpoint manifests.
+ * gym-participant-sdk/controller: the training controller's side. The checkpoint coordination
+ * across participants (discover, prepare, commit, resume, restore, retire, forget), rollout
+ * collection over a dataset ({@link collect}), the deployment file, telemetry for the
+ * controller's process, and the shapes of control requests, replies and checkpoint manifests.
+ *
+ * What both sides use is exported once, from the root entry `gym-participant-sdk`: calls to
+ * servers (`ServerClient` and its errors), episode identity (`episodeId`, `parseEpisodeId`,
+ * `nextAttempt`...) and the error envelope (`GymError`, `ERROR_CATALOGUE`).
  *
  * @see docs/controller.md
  * @packageDocumentation
  */
-
-// Identity (episodes are named in every control request)
-export {
-  EpisodeIdSchema,
-  InvalidEpisodeIdError,
-  captureKey,
-  episodeId,
-  fromCaptureKey,
-  nextAttempt,
-  parseEpisodeId,
-  sameEpisode,
-} from "./identity/episode-id.js";
-export type { EpisodeId } from "./identity/episode-id.js";
-
-// Calls to servers
-export { ServerClient } from "./client/server-client.js";
-export type {
-  CallOptions,
-  CallReply,
-  ServerClientOptions,
-  TextReply,
-} from "./client/server-client.js";
-export { ServerReplyError, ServerUnreachableError, UnknownServerError } from "./client/errors.js";
-export type { UnreachableReason } from "./client/errors.js";
 
 // Coordination
 export {
@@ -90,8 +69,6 @@ export {
   RowEpisodeSchema,
   RunFileSchema,
 } from "./collect/collection-dir.js";
-export { TaskIdSchema } from "./wire/environment.js";
-export type { TaskId } from "./wire/environment.js";
 export type { CollectionManifest, RowEpisode, RunFile } from "./collect/collection-dir.js";
 
 // The deployment file
@@ -178,7 +155,3 @@ export type { ParticipantLocation } from "./store/paths.js";
 export type { CheckpointSettings, TelemetrySettings } from "./wire/settings.js";
 export { startTelemetry, stopTelemetry } from "./telemetry/setup.js";
 export type { TelemetryOptions } from "./telemetry/setup.js";
-
-// Errors a control route answers with
-export { ERROR_CATALOGUE, GymError } from "./errors.js";
-export type { ErrorCode, ErrorEnvelope, RequestIssue } from "./errors.js";

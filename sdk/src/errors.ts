@@ -115,6 +115,12 @@ const DETAIL_ERROR_BRAND = Symbol.for("gym-participant-sdk.DetailError");
 /**
  * A refusal with a code and status from {@link ERROR_CATALOGUE}. Participants throw these; the
  * server maps them to the envelope. Subclasses group the areas; tests match on `code`.
+ *
+ * @example
+ * // In a route or hook: answered as 422 {"error": {"code": "invalid_request", "detail": ...}}.
+ * if (body.count < 0) throw new InvalidRequestError("count must be 0 or more");
+ * // A caller matches on the code, never on the detail:
+ * if (error instanceof GymError && error.code === "stale_attempt") return;
  */
 export class GymError extends Error {
   override name = "GymError";

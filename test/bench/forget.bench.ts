@@ -16,7 +16,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import type { ResolvedDeployment, ServerKind } from "#sdk/index.js";
+import type { ResolvedDeployment, ServerKind } from "#sdk/controller.js";
 import { episodeId } from "#sdk/identity/episode-id.js";
 import { RecordsWriter } from "#sdk/store/records-writer.js";
 import type { RecordBase } from "#sdk/wire/storage.js";

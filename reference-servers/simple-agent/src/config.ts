@@ -5,14 +5,13 @@
  * @module
  */
 import { z } from "zod";
+import { AgentConfigSchema, type AgentSeedRequest } from "gym-participant-sdk";
 import {
-  AgentConfigSchema,
   ToolAccessSchema,
-  type AgentSeedRequest,
   type CookieJar,
   type DirectHttpToolAccess,
   type ToolAccess,
-} from "gym-participant-sdk";
+} from "gym-participant-sdk/protocol";
 import type { ObservationBundle } from "./trajectory.js";
 
 /** The Simple Agent's settings: the agent base settings plus the turn loop's. */

@@ -6,14 +6,10 @@
  * @module
  */
 import { z } from "zod";
-import type {
-  CookieJar,
-  JsonValue,
-  LegacyRunInput,
-  ReplyHeaders,
-  StepMode,
-} from "gym-participant-sdk";
-import { CLOSE_FOLLOWS_HEADER, GymError, isRestartReply, verifyModeOf } from "gym-participant-sdk";
+import type { CookieJar, ReplyHeaders } from "gym-participant-sdk/protocol";
+import type { JsonValue, LegacyRunInput, StepMode } from "gym-participant-sdk";
+import { CLOSE_FOLLOWS_HEADER, isRestartReply, verifyModeOf } from "gym-participant-sdk/protocol";
+import { GymError } from "gym-participant-sdk";
 import type { Item } from "./trajectory.js";
 
 /** An HTTP reply of a call the run makes. */

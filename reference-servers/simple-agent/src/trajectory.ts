@@ -5,12 +5,8 @@
  * @module
  */
 import { z } from "zod";
-import {
-  frozenJson,
-  type BoundarySnapshot,
-  type CookieJar,
-  type JsonValue,
-} from "gym-participant-sdk";
+import { frozenJson, type BoundarySnapshot, type JsonValue } from "gym-participant-sdk";
+import { type CookieJar } from "gym-participant-sdk/protocol";
 
 /** A Responses input or output item, as JSON. */
 export type Item = Record<string, unknown>;

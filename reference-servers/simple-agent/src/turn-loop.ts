@@ -7,12 +7,8 @@
  * @module
  */
 import { z } from "zod";
-import {
-  frozenJson,
-  type ActivationContext,
-  type CookieJar,
-  type ResponsesCreateRequest,
-} from "gym-participant-sdk";
+import { frozenJson, type ActivationContext } from "gym-participant-sdk";
+import { type CookieJar, type ResponsesCreateRequest } from "gym-participant-sdk/protocol";
 import {
   freshLoopState,
   snapshotOf,

@@ -8,6 +8,8 @@ import { z } from "zod";
 import {
   AggregateMetricsReplySchema,
   AggregateMetricsRequestSchema,
+} from "gym-participant-sdk/protocol";
+import {
   ConfigError,
   EnvironmentServer,
   dataRoute,

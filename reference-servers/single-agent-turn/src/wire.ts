@@ -7,11 +7,11 @@ import { z } from "zod";
 import {
   EnvironmentConfigSchema,
   JsonPayloadSchema,
-  ResponsesCreateRequestSchema,
   RunRequestSchema,
   TaskIdSchema,
   type JsonValue,
 } from "gym-participant-sdk";
+import { ResponsesCreateRequestSchema } from "gym-participant-sdk/protocol";
 
 /** A JSON object (replies arrive parsed from JSON, so they are JSON by construction). */
 export type JsonObject = { [key: string]: JsonValue };

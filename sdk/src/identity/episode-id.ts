@@ -62,6 +62,10 @@ function mint(rolloutId: string, attempt: number): EpisodeId {
  * Builds an EpisodeId, throwing {@link InvalidEpisodeIdError} when the rollout ID is invalid or
  * the attempt is not a non-negative integer.
  *
+ * @example
+ * const first = episodeId("task-7-0"); // { rollout_id: "task-7-0", attempt: 0 }
+ * captureKey(nextAttempt(first)); // "task-7-0-a1"
+ *
  * @default attempt 0
  */
 export function episodeId(rolloutId: string, attempt = 0): EpisodeId {

@@ -116,6 +116,23 @@ const HOOK_NAMES = ["exportAgentSessions", "restoreAgentSessions", "retireAgentS
  *
  * @typeParam State - what {@link createSessionState} builds for a session
  * @typeParam Config - the validated `config:` (declare it with {@link configSchema})
+ *
+ * @example
+ * // One model call per activation: forward the input to the policy model, answer its reply.
+ * class OneShotAgent extends AgentServer {
+ *   protected override async respond({ body, rollout, activation, signal }: RespondInput<unknown>) {
+ *     // "policy": the policy model server's name in the deployment.
+ *     const response = await activation.modelCall(() =>
+ *       this.client.post<Record<string, unknown>>("policy", "/v1/responses", body, {
+ *         rollout: rollout?.captureKey ?? null,
+ *         signal,
+ *       }),
+ *     );
+ *     return { response };
+ *   }
+ * }
+ * if (isMainModule(import.meta.url)) await serveMain(OneShotAgent);
+ *
  * @see docs/agent.md
  */
 export abstract class AgentServer<

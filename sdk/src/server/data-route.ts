@@ -42,7 +42,6 @@ export interface RouteInput<Body> {
  *   handler: ({ body }) => ({ message: body.message }),
  * });
  */
-
 export interface DataRoute<
   Schema extends z.ZodType | null = z.ZodType | null,
   Reply = unknown,
@@ -81,7 +80,28 @@ export interface DataRoute<
   ) => NoInfer<Reply | undefined | Promise<Reply | undefined>>;
 }
 
-/** Declares a data route with its body type inferred from its schema and its reply typed by its reply schema. */
+/**
+ * Declares a data route with its body type inferred from its schema and its reply typed by its
+ * reply schema.
+ *
+ * @example
+ * class Calculator extends ResourcesServer {
+ *   protected override tools() {
+ *     return [
+ *       dataRoute({
+ *         method: "post",
+ *         path: "/add",
+ *         request: z.strictObject({ a: z.number(), b: z.number() }),
+ *         reply: z.strictObject({ sum: z.number() }),
+ *         handler: ({ body }) => ({ sum: body.a + body.b }),
+ *       }),
+ *     ];
+ *   }
+ *   protected override verify() {
+ *     return { reward: 1 };
+ *   }
+ * }
+ */
 export function dataRoute<Schema extends z.ZodType | null = null, Reply = unknown>(
   route: DataRoute<Schema, Reply>,
 ): DataRoute<Schema, Reply> {

@@ -124,6 +124,20 @@ export const LEDGER_CONTROL_PREFIX = "/training-token-capture/control";
  * Subclasses may override {@link generate} to reach a backend that does not speak chat
  * completions.
  *
+ * @example
+ * // Most deployments serve the class as it is, configured by the deployment file:
+ * export default class PolicyModel extends PolicyModelServer {}
+ * if (isMainModule(import.meta.url)) await serveMain(PolicyModel);
+ *
+ * // A backend that does not speak chat completions: answer one in generate().
+ * class CannedModel extends PolicyModelServer {
+ *   protected override async generate({ body }: GenerateInput) {
+ *     const model = typeof body.model === "string" ? body.model : "canned";
+ *     const message = { role: "assistant", content: "42" };
+ *     return { id: "c-1", model, choices: [{ index: 0, message, finish_reason: "stop" }] };
+ *   }
+ * }
+ *
  * @see docs/policy-model.md
  */
 export class PolicyModelServer<

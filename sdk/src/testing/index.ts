@@ -25,9 +25,3 @@ export type {
 export type { TestReply } from "./bounded-fetch.js";
 export { TestKitError } from "./test-kit-error.js";
 export { TestEnvironment } from "./environment.js";
-// The shared types the kit's signatures use, so tests can name them from this entry alone.
-export type { EpisodeId } from "../identity/episode-id.js";
-export type { ServerOptions } from "../server/server.js";
-export type { CookieJar } from "../util/cookies.js";
-export type { CommitReply, RecordBase } from "../wire/storage.js";
-export type { StatusReply } from "../wire/control.js";

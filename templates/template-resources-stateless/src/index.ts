@@ -7,12 +7,12 @@
 import { z } from "zod";
 import {
   ResourcesServer,
-  ResponsesReplySchema,
   dataRoute,
   isMainModule,
   serveMain,
   type VerifyInput,
 } from "gym-participant-sdk";
+import { ResponsesReplySchema } from "gym-participant-sdk/protocol";
 
 /** The text of a Responses-style reply: the `output_text` parts of its messages, joined. */
 export function outputText(response: unknown): string {

@@ -6,7 +6,7 @@
 import path from "node:path";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import type { ResolvedDeployment, ServerKind } from "gym-participant-sdk";
+import type { ResolvedDeployment, ServerKind } from "gym-participant-sdk/controller";
 import {
   CoordinationError,
   discover,

@@ -8,7 +8,7 @@
 import path from "node:path";
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import type { ResolvedDeployment, ServerKind } from "gym-participant-sdk";
+import type { ResolvedDeployment, ServerKind } from "gym-participant-sdk/controller";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import FakeInferenceServer from "../../../reference-servers/fake-inference/src/index.js";
 import PolicyModel from "../../../reference-servers/policy-model/src/index.js";

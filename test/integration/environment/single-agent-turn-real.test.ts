@@ -5,12 +5,8 @@
  */
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import {
-  AgentServer,
-  type ResolvedDeployment,
-  type RespondInput,
-  type RespondResult,
-} from "gym-participant-sdk";
+import { AgentServer, type RespondInput, type RespondResult } from "gym-participant-sdk";
+import { type ResolvedDeployment } from "gym-participant-sdk/controller";
 import CounterServer from "../../../reference-servers/counter/src/index.js";
 import SingleAgentTurnServer from "../../../reference-servers/single-agent-turn/src/index.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";

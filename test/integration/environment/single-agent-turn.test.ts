@@ -11,9 +11,9 @@ import {
   type BoundaryState,
   type EpisodeHandle,
   type EpisodeOutcome,
-  type ResolvedDeployment,
   type RunEpisodeInput,
 } from "gym-participant-sdk";
+import { type ResolvedDeployment } from "gym-participant-sdk/controller";
 import SingleAgentTurnServer from "../../../reference-servers/single-agent-turn/src/index.js";
 import {
   AGENT_COOKIE,

@@ -16,10 +16,10 @@ import {
   type RebuiltAgentSession,
   type RespondInput,
   type RespondResult,
-  type RestoredAgentSession,
   type RunEpisodeInput,
   type ServerOptions,
 } from "#sdk/index.js";
+import { type RestoredAgentSession } from "#sdk/participants/agent/agent-records.js";
 import {
   startTestServer,
   type TestServer,

@@ -5,7 +5,8 @@
  */
 import request from "supertest";
 import { afterEach, describe, expect, it } from "vitest";
-import { ResourcesServer, type AggregateMetricsRequest } from "#sdk/index.js";
+import { ResourcesServer } from "#sdk/index.js";
+import { type AggregateMetricsRequest } from "#sdk/protocol.js";
 import WeatherServer from "../../../reference-servers/weather/src/index.js";
 
 const started: { close(): Promise<void> }[] = [];
