@@ -54,6 +54,7 @@ import { CheckpointLease } from "./checkpoint-lease.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 import { ResumedIds } from "./resumed-ids.js";
+import type { SpanningParticipant } from "./spanning-participant.js";
 import { stopEachRollout } from "./rollout-stops.js";
 
 /** Rollouts dropped between two turns of the event loop by a large forget. */
@@ -75,30 +76,6 @@ export interface ControlPlaneOptions {
    * @default none (one process)
    */
   readonly spanning?: SpanningParticipant | null;
-}
-
-/** What a participant spanning several processes adds to the {@link Participant} hooks. */
-export interface SpanningParticipant {
-  /**
-   * Resolves once a close or reopen in progress has reached every process; `status` waits for
-   * it (one process changes admission synchronously).
-   */
-  settled(): Promise<void>;
-  /**
-   * Throws (a typed error) to refuse a prepare, commit or restore when a process is missing,
-   * e.g. a worker that died: checkpointing the rest would lose its state.
-   */
-  checkMembership(operation: "prepare" | "commit" | "restore"): void;
-  /**
-   * Installs a restore's in-scope records as read (decoded, each with its stored line, not
-   * validated), so each process validates its own share. Replaces the control plane's own
-   * validation and `install`.
-   */
-  installStored(
-    records: readonly StoredRecord[],
-    scope: readonly EpisodeId[],
-    signal: AbortSignal,
-  ): Promise<void>;
 }
 
 /** The write of one checkpoint: one export, one writer, one cleanup. */

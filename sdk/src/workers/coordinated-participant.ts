@@ -20,7 +20,7 @@ import type { Manifest, RecordBase } from "../wire/storage.js";
 import type { StoredRecord } from "../store/records-reader.js";
 import { refuseDuplicateRecords } from "../control/duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../control/participant.js";
-import type { SpanningParticipant } from "../control/control-plane.js";
+import type { SpanningParticipant } from "../control/spanning-participant.js";
 import { claimKeyOf, identityOf, type WorkerParticipant } from "./kind-hooks.js";
 import { mergeReports, mergeStatusExtras } from "./merge-reports.js";
 import { decodeExport } from "./encoded-export.js";
