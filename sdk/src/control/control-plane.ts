@@ -25,7 +25,7 @@ import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/dead
 import { failpoint } from "../util/failpoints.js";
 import { recordOperation, recordVolume, type ParticipantGauges } from "../telemetry/metrics.js";
 import { ATTR } from "../telemetry/names.js";
-import { inSpan, tracer } from "../telemetry/spans.js";
+import { inSpan, timedSpan } from "../telemetry/spans.js";
 import { Mutex } from "../util/mutex.js";
 import {
   CheckpointRequestSchema,
@@ -95,19 +95,6 @@ interface WriteState<R extends RecordBase> {
 
 function swallow(promise: Promise<unknown>): void {
   promise.catch(() => undefined);
-}
-
-/**
- * A child span of the active one over a stretch already timed (`performance.now()` values):
- * export and write run as tasks a retried commit joins, so they are spanned once they are done.
- */
-function timedSpan(
-  name: string,
-  startMs: number,
-  endMs: number,
-  attributes: Record<string, number>,
-): void {
-  tracer().startSpan(name, { startTime: startMs, attributes }).end(endMs);
 }
 
 /** The size of a restored records file (0 when it cannot be read: only a figure). */

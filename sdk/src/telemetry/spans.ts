@@ -31,3 +31,17 @@ export async function inSpan<T>(
     }
   });
 }
+
+/**
+ * Records a child span of the active one over a stretch already timed (`performance.now()`
+ * values), for work that runs as a task several calls may join (a commit's export and write),
+ * spanned once it is done.
+ */
+export function timedSpan(
+  name: string,
+  startMs: number,
+  endMs: number,
+  attributes: Attributes,
+): void {
+  tracer().startSpan(name, { startTime: startMs, attributes }).end(endMs);
+}
