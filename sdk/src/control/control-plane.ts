@@ -1,18 +1,12 @@
 import { stat } from "node:fs/promises";
-import { hostname } from "node:os";
 import path from "node:path";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
 import { CheckpointError, EpisodeError, GymError } from "../errors.js";
 import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
-import {
-  captureKey,
-  nextAttempt,
-  sortedCaptureKeys,
-  type EpisodeId,
-} from "../identity/episode-id.js";
-import { captureKeySet, scopeDigest } from "../identity/scope-keys.js";
+import { nextAttempt, sortedCaptureKeys, type EpisodeId } from "../identity/episode-id.js";
+import { captureKeySet } from "../identity/scope-keys.js";
 import {
   readCheckpoint,
   readStoredCheckpoint,
@@ -20,7 +14,6 @@ import {
   type StoredRecord,
 } from "../store/records-reader.js";
 import { participantDir, type ParticipantLocation } from "../store/paths.js";
-import { RecordsWriter, refuseOccupiedDir } from "../store/records-writer.js";
 import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
 import { recordOperation, recordVolume, type ParticipantGauges } from "../telemetry/metrics.js";
@@ -49,8 +42,9 @@ import {
   type RetireRequest,
   type StatusReply,
 } from "../wire/control.js";
-import type { CommitReply, Manifest, RecordBase, RestoreReply } from "../wire/storage.js";
+import type { CommitReply, RecordBase, RestoreReply } from "../wire/storage.js";
 import { CheckpointLease } from "./checkpoint-lease.js";
+import { CommitWrites, type CommitWrite } from "./commit-write.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 import { ResumedIds } from "./resumed-ids.js";
@@ -76,21 +70,6 @@ export interface ControlPlaneOptions {
    * @default none (one process)
    */
   readonly spanning?: SpanningParticipant | null;
-}
-
-/** The write of one checkpoint: one export, one writer, one cleanup. */
-interface WriteState<R extends RecordBase> {
-  readonly checkpointId: string;
-  readonly dir: string;
-  readonly scopeKey: string;
-  /** Why the export ended this checkpoint for good, or null. */
-  failed: string | null;
-  readonly exportAbort: AbortController;
-  exportTask: Promise<R[]> | null;
-  writer: RecordsWriter;
-  writeTask: Promise<Manifest> | null;
-  cleanupTask: Promise<void> | null;
-  cleanupRunning: boolean;
 }
 
 function swallow(promise: Promise<unknown>): void {
@@ -134,7 +113,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   #checkpointId: string | null = null;
   readonly #resumedIds = new ResumedIds();
   readonly #replies = new CompletedReplies();
-  #write: WriteState<R> | null = null;
+  readonly #writes: CommitWrites<R>;
   #install: Promise<void> | null = null;
   #restoreGeneration = 0;
   #pendingReopen = false;
@@ -148,6 +127,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       throw new RangeError(`leaseGraceSeconds must be > 0, got ${this.leaseGraceSeconds}`);
     }
     this.#log = options.logger ?? pino({ level: "silent" });
+    this.#writes = new CommitWrites({
+      participant,
+      instance: this.instance,
+      spanning: this.#spanning,
+      log: this.#log,
+    });
     this.#lease = new CheckpointLease({
       graceSeconds: this.leaseGraceSeconds,
       lock: this.#lock,
@@ -339,57 +324,20 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     const stored = this.#replies.get(id, "commit", args);
     if (stored !== undefined) return stored as CommitReply;
     const joined = await this.#lock.runExclusive(
-      (): { reply: CommitReply } | { write: WriteState<R> } => {
+      (): { reply: CommitReply } | { write: CommitWrite<R> } => {
         const again = this.#replies.get(id, "commit", args);
         if (again !== undefined) return { reply: again as CommitReply };
         this.#fence(id, ["prepared"], "commit");
         this.#lease.renew(request.deadline_ts);
-        return { write: this.#joinWrite(request) };
+        return { write: this.#writes.join(request) };
       },
     );
     if ("reply" in joined) return joined.reply;
     const write = joined.write;
-    const deadline = request.deadline_ts;
-    const startedAt = performance.now();
-
-    const exported = await awaitUntil(write.exportTask as Promise<R[]>, deadline).catch(
-      (error: unknown) => {
-        throw CheckpointError.exportFailed(id, `its export failed: ${describe(error)}`);
-      },
+    const { records, manifest, startedAt, exportedAt, writtenAt } = await this.#writes.complete(
+      write,
+      request,
     );
-    if (!exported.done) throw CheckpointError.deadline("the export");
-    const records = exported.value;
-    const exportedAt = performance.now();
-
-    write.writeTask ??= write.writer.write(records).catch((error: unknown) => {
-      write.writeTask = null;
-      throw error;
-    });
-    const written = await awaitUntil(write.writeTask, deadline);
-    if (!written.done) throw CheckpointError.deadline("the write of the records");
-    const manifest = written.value;
-    const writtenAt = performance.now();
-    // A resume that stopped this write after it published must not be followed by deletions
-    // of restored state (a replacement may start as that attempt) or by parking.
-    if (write.writer.stopped) throw CheckpointError.stale(id);
-
-    if (request.episode_ids !== null) {
-      write.cleanupTask ??= this.#startCleanup(write, request.episode_ids);
-      const cleaned = await awaitUntil(write.cleanupTask, deadline);
-      if (!cleaned.done) throw CheckpointError.deadline("freeing restored state outside the scope");
-    }
-
-    if (request.stop) {
-      if (write.writer.stopped) throw CheckpointError.stale(id);
-      const parked = await awaitUntil(
-        this.participant.parkExported(records).catch((error: unknown) => {
-          this.#log.warn({ err: error, checkpointId: id }, "park_exported failed");
-        }),
-        deadline,
-      );
-      if (!parked.done) this.#log.warn({ checkpointId: id }, "park_exported passed the deadline");
-    }
-
     return await this.#lock.runExclusive(() => {
       const again = this.#replies.get(id, "commit", args);
       if (again !== undefined) return again as CommitReply;
@@ -717,125 +665,9 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.#lease.clear();
   }
 
-  /** Starts or joins this checkpoint's write, refusing what a commit refuses. Under the lock. */
-  #joinWrite(request: CommitRequest): WriteState<R> {
-    const id = request.checkpoint_id;
-    const scopeKey = scopeDigest(request.episode_ids);
-    let write = this.#write;
-    if (write !== null && write.checkpointId !== id) write = this.#write = null;
-    if (write !== null) {
-      if (write.failed !== null) throw CheckpointError.exportFailed(id, write.failed);
-      if (write.dir !== request.checkpoint_dir || write.scopeKey !== scopeKey) {
-        throw CheckpointError.conflict(
-          `checkpoint '${id}' is already being written to another directory or scope`,
-        );
-      }
-      return write;
-    }
-    const target = {
-      checkpointDir: request.checkpoint_dir,
-      kind: this.participant.kind,
-      instance: this.instance,
-      checkpointId: id,
-    };
-    const newWrite: WriteState<R> = {
-      checkpointId: id,
-      dir: request.checkpoint_dir,
-      scopeKey,
-      failed: null,
-      exportAbort: new AbortController(),
-      exportTask: null,
-      writer: new RecordsWriter(target),
-      writeTask: null,
-      cleanupTask: null,
-      cleanupRunning: false,
-    };
-    this.#spanning?.checkMembership("commit");
-    if (!this.participant.ready()) {
-      // A cut taken now would not be the prepared one: refuse it for good.
-      newWrite.failed = "the participant is no longer ready (readiness regressed after prepare)";
-      this.#write = newWrite;
-      throw CheckpointError.exportFailed(id, newWrite.failed);
-    }
-    // A refusal of the request itself (not of the cut): the checkpoint may still commit.
-    this.participant.checkCommit(request.episode_ids);
-    const restarts = request.episode_ids === null ? [] : this.participant.readiness().restarts;
-    if (request.episode_ids !== null && restarts.length > 0) {
-      // The restarts are few, the scope may be thousands: look each restart up in the scope.
-      const inScope = captureKeySet(request.episode_ids);
-      const offending = [...new Set(restarts)].filter((key) => inScope.has(key)).sort();
-      if (offending.length > 0) throw CheckpointError.restartInScope(offending);
-    }
-    // Before the write exists: refused now, the same ID may still commit to a fresh directory.
-    refuseOccupiedDir(target);
-    // Manifest extras belong to the same cut as the records: taken once, with the export.
-    try {
-      newWrite.writer = new RecordsWriter({
-        ...target,
-        manifestExtra: this.participant.manifestExtra(),
-        // Which machine wrote it: a controller that cannot see the directory names it.
-        host: hostname(),
-      });
-    } catch (error) {
-      newWrite.failed = `its manifest extras failed: ${describe(error)}`;
-      this.#write = newWrite;
-      throw CheckpointError.exportFailed(id, newWrite.failed);
-    }
-    const scope = request.episode_ids;
-    newWrite.exportTask = this.participant
-      .export(scope, newWrite.exportAbort.signal)
-      .catch((error: unknown) => {
-        newWrite.failed ??= `its export failed: ${describe(error)}`;
-        throw error;
-      });
-    swallow(newWrite.exportTask);
-    this.#write = newWrite;
-    return newWrite;
-  }
-
-  #startCleanup(write: WriteState<R>, scope: readonly EpisodeId[]): Promise<void> {
-    write.cleanupRunning = true;
-    const task = (async () => {
-      const pending = await this.participant.restoredPending();
-      // Nothing restored waits here (the usual commit): the scope is not even looked at.
-      if (pending.length === 0) return;
-      const inScope = captureKeySet(scope);
-      const unscoped = pending.filter((episode) => !inScope.has(captureKey(episode)));
-      await stopEachRollout(
-        unscoped,
-        async (episode) =>
-          await this.participant.deleteRestored(episode, new AbortController().signal),
-      );
-    })().then(
-      () => {
-        write.cleanupRunning = false;
-      },
-      (error: unknown) => {
-        write.cleanupRunning = false;
-        write.cleanupTask = null; // a retry runs the cleanup again
-        throw error;
-      },
-    );
-    swallow(task);
-    return task;
-  }
-
   /** Resume's reopen; throws `deadline_exceeded` changing nothing. */
   async #reopen(id: string, deadlineTs: number): Promise<void> {
-    const write = this.#write !== null && this.#write.checkpointId === id ? this.#write : null;
-    if (write !== null) {
-      await write.writer.stop();
-      write.exportAbort.abort(CheckpointError.conflict(`checkpoint '${id}' was resumed`));
-      if (write.cleanupRunning && write.cleanupTask !== null) {
-        const cleaned = await awaitUntil(
-          write.cleanupTask.catch(() => undefined),
-          deadlineTs,
-        );
-        if (!cleaned.done)
-          throw CheckpointError.deadline("freeing restored state outside the scope");
-      }
-    }
-    this.#write = null;
+    await this.#writes.stop(id, deadlineTs);
     await this.participant.openAdmission();
     // Admission is open again: a reopen left pending by an earlier failed restore is done.
     this.#pendingReopen = false;
@@ -884,10 +716,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         ),
     );
   }
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /**
