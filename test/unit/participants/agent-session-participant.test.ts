@@ -12,11 +12,9 @@ import type {
   AgentSessionRecord,
   RestoredAgentSession,
 } from "#sdk/participants/agent/agent-records.js";
-import {
-  ActivationCancelledError,
-  AgentSessionParticipant,
-  type AgentActivation,
-} from "#sdk/participants/agent/agent-session-participant.js";
+import { AgentSessionParticipant } from "#sdk/participants/agent/agent-session-participant.js";
+import type { AgentActivation } from "#sdk/participants/agent/session-activation.js";
+import { ActivationCancelledError } from "#sdk/participants/agent/session-phase.js";
 import { untilSettledOrAborted } from "#sdk/util/abortable.js";
 import { deferred, type Deferred } from "#sdk/util/deferred.js";
 import type { JsonValue } from "#sdk/json/json-value.js";

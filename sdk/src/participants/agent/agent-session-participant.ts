@@ -7,7 +7,6 @@
  * @see docs/agent.md
  * @module
  */
-import { AttemptSet } from "../../control/attempt-keys.js";
 import { refuseDuplicateRecords } from "../../control/duplicate-records.js";
 import { Participant, type CloseAdmissionRequest } from "../../control/participant.js";
 import { CheckpointError, EpisodeError } from "../../errors.js";
@@ -19,14 +18,13 @@ import {
   sameEpisode,
   type EpisodeId,
 } from "../../identity/episode-id.js";
-import { scopeInKeyOrder, sortedScopeKeys } from "../../identity/scope-keys.js";
 import { EpisodeAlreadyRunningError } from "../../steps/episode-errors.js";
-import { EpisodeSteps, type BoundaryState, type StepMode } from "../../steps/episode-steps.js";
+import { EpisodeSteps } from "../../steps/episode-steps.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
-import { deferred, type Deferred } from "../../util/deferred.js";
-import { indexAdd, indexDelete } from "../../util/multimap.js";
+import { compareStrings } from "../../util/compare-strings.js";
 import { MAX_LISTED_BLOCKERS, prepareReport, type PrepareReport } from "../../wire/control.js";
 import type { JsonValue } from "../../json/json-value.js";
+import { AgentAdmission } from "./agent-admission.js";
 import {
   AGENT_KIND,
   AgentSessionRecordSchema,
@@ -35,108 +33,18 @@ import {
   type AgentSessionHooks,
   type AgentSessionRecord,
 } from "./agent-records.js";
-import { compareStrings } from "../../util/compare-strings.js";
 import { AgentSessionEntry, AgentSessionTable } from "./agent-session-table.js";
+import { DirectCalls, type DirectCall } from "./direct-calls.js";
+import { LegacyRuns, type LegacyRunHandle } from "./legacy-runs.js";
+import { SeedsInProgress, type SeedTicket } from "./seeds-in-progress.js";
+import { sessionActivation, type AgentActivation } from "./session-activation.js";
 import {
   ActivationCancelledError,
   ActivationTask,
   SessionPhase,
   type AgentSessionState,
-  type BoundarySnapshot,
 } from "./session-phase.js";
-
-export {
-  ActivationCancelledError,
-  type AgentSessionState,
-  type BoundarySnapshot,
-} from "./session-phase.js";
-
-class SeedEntry {
-  count = 0;
-  readonly captureKey: string;
-  constructor(
-    readonly key: string,
-    readonly episode: EpisodeId,
-  ) {
-    this.captureKey = captureKey(episode);
-  }
-}
-
-/** A seed in progress: register the session, then leave (in a `finally`). */
-export interface SeedTicket {
-  /**
-   * Registers the seeded session with the participant (allowed while admission is closed).
-   * @throws EpisodeError `stale_attempt` when the attempt was retired while the seed built it,
-   * or the key belongs to another attempt.
-   */
-  register(): void;
-  /** Ends the seed; idempotent. */
-  leave(): void;
-}
-
-/**
- * One running activation of a session: the turn loop records boundaries through it and wraps
- * each policy call made right after a boundary in {@link modelCall}.
- */
-export interface AgentActivation {
-  /** The session key. */
-  readonly sessionKey: string;
-  /** The attempt that owns the session. */
-  readonly episode: EpisodeId;
-  /** The restored boundary this activation continues from (consumed by this activation), or null. */
-  readonly continuation: JsonValue | null;
-  /** Aborted when a close or retire cancels the activation, or the request's signal fires. */
-  readonly signal: AbortSignal;
-  /**
-   * Records a boundary: a function building the loop's state, called only at export. Parks
-   * here while a checkpoint asked the session to park, until resume.
-   * @throws EpisodeError `stale_attempt` when the session was retired or closed under it.
-   */
-  boundary(snapshot: BoundarySnapshot): Promise<void>;
-  /**
-   * Runs a policy call made right after a boundary: during it the session counts as parked at
-   * that boundary; a reply arriving while a checkpoint is open is held here until resume.
-   */
-  modelCall<T>(call: (signal: AbortSignal) => Promise<T>): Promise<T>;
-  /** The activation ended (normally, with an error or cancelled); idempotent. Call in `finally`. */
-  end(): void;
-}
-
-/** A legacy `/run` episode: the steps of the run and its session. */
-export interface LegacyRunHandle {
-  readonly episode: EpisodeId;
-  readonly captureKey: string;
-  /** The run's session key, `run:<rollout_id>`. */
-  readonly sessionKey: string;
-  /** Aborted by retire or the request's signal. */
-  readonly signal: AbortSignal;
-  /** The restored legacy boundary, handed out once; null: start from the input. */
-  continuation(): JsonValue | null;
-  /** Records a boundary; inside a checkpoint the run parks here until resume. */
-  boundary(state: BoundaryState): Promise<void>;
-  /** Runs one step in `wait` or `replay` mode. */
-  step<T>(mode: StepMode, fn: (signal: AbortSignal) => T | Promise<T>): Promise<T>;
-  /** Makes the run a restart once no checkpoint is open. */
-  markRestart(signal?: AbortSignal): Promise<void>;
-  /** The run ended; removes its session. Idempotent; call in `finally`. */
-  end(): void;
-}
-
-/** A direct `/v1/responses` call tracked as a restart for its duration. */
-export interface DirectCall {
-  /** Aborted by a retire of its attempt. */
-  readonly signal: AbortSignal;
-  /** Untracks the call; idempotent. */
-  done(): void;
-}
-
-interface DirectEntry {
-  readonly episode: EpisodeId;
-  readonly key: string;
-  readonly controller: AbortController;
-  readonly ended: Deferred<void>;
-  done: boolean;
-}
+import { TrackedSessions } from "./tracked-sessions.js";
 
 /** Options of an {@link AgentSessionParticipant}. */
 export interface AgentSessionParticipantOptions {
@@ -179,25 +87,16 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
 
   readonly #hooks: AgentSessionHooks;
   readonly #table: AgentSessionTable<unknown>;
+  /** The routing owner of native sessions seeded here (null with one worker). */
+  readonly #owner: string | null;
+  readonly #admission = new AgentAdmission();
   /** The tracked sessions' phases (an index of the table, for walks). */
-  readonly #tracked = new Set<SessionPhase>();
-  readonly #sessionsByRollout = new Map<string, Set<SessionPhase>>();
-  readonly #blocking = new Set<SessionPhase>();
-  readonly #seeds = new Map<string, SeedEntry>();
-  readonly #seedsByRollout = new Map<string, Set<SeedEntry>>();
-  #seedChanged = deferred<void>();
-  readonly #direct = new Map<string, Set<DirectEntry>>();
-  readonly #directByRollout = new Map<string, Set<DirectEntry>>();
-  /** Restored legacy boundaries by session key, until the replacement `/run` consumes one. */
-  readonly #legacyRestored = new Map<string, JsonValue>();
-  /** Legacy episodes tracked by the steps, by capture key (indexed by rollout). */
-  readonly #legacyLive = new AttemptSet();
-  /** Capture keys of legacy episodes marked restart. */
-  readonly #legacyRestarts = new Set<string>();
-  /** Capture keys earlier prepare stages reported as restarts, until admission reopens. */
-  #carried: ReadonlySet<string> = new Set();
-  #accepting = true;
-  #opened: Deferred<void> | null = null;
+  readonly #sessions = new TrackedSessions((s) => this.#isRestart(s));
+  readonly #seeds = new SeedsInProgress();
+  readonly #direct = new DirectCalls();
+  readonly #legacy = new LegacyRuns(this.steps);
+  /** Restored native sessions' owners: a record keeps the owner its cookies name. */
+  readonly #restoredOwners = new Map<string, string>();
 
   constructor(options: AgentSessionParticipantOptions) {
     super();
@@ -206,19 +105,14 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     this.#owner = options.owner ?? null;
   }
 
-  /** The routing owner of native sessions seeded here (null with one worker). */
-  readonly #owner: string | null;
-  /** Restored native sessions' owners: a record keeps the owner its cookies name. */
-  readonly #restoredOwners = new Map<string, string>();
-
   /** Whether agent admission is open (no checkpoint). */
   get accepting(): boolean {
-    return this.#accepting;
+    return this.#admission.accepting;
   }
 
   /** Number of tracked sessions. */
   get size(): number {
-    return this.#tracked.size;
+    return this.#sessions.size;
   }
 
   /** The state of a tracked session, or null. */
@@ -238,7 +132,8 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
 
   /** Resolves once agent admission is open (at once when it is). */
   async waitForAdmission(signal?: AbortSignal): Promise<void> {
-    while (this.#opened !== null) await untilSettledOrAborted(this.#opened.promise, [signal]);
+    const admission = this.#admission;
+    while (admission.reopened !== null) await untilSettledOrAborted(admission.reopened, [signal]);
   }
 
   // ---- Seeds -----------------------------------------------------------------------------
@@ -251,33 +146,14 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     this.retired.check(episode);
     await this.waitForAdmission(signal);
     this.retired.check(episode);
-    const id = `${key}\u0000${captureKey(episode)}`;
-    let entry = this.#seeds.get(id);
-    if (entry === undefined) {
-      entry = new SeedEntry(key, episode);
-      this.#seeds.set(id, entry);
-      indexAdd(this.#seedsByRollout, episode.rollout_id, entry);
-    }
-    entry.count += 1;
-    const seed = entry;
-    let left = false;
+    const leave = this.#seeds.enter(key, episode);
     return {
       register: () => {
         this.retired.check(episode);
         this.openSession(key, episode, { seed: true });
       },
       leave: () => {
-        if (left) return;
-        left = true;
-        seed.count -= 1;
-        if (seed.count === 0) {
-          this.#seeds.delete(id);
-          indexDelete(this.#seedsByRollout, episode.rollout_id, seed);
-        }
-        const changed = this.#seedChanged;
-        this.#seedChanged = deferred<void>();
-        changed.resolve();
-        this.#changed();
+        if (leave()) this.#changed();
       },
     };
   }
@@ -303,12 +179,12 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
         captureKey(episode),
       );
     }
-    if (!options.seed && !this.#accepting) {
+    if (!options.seed && !this.#admission.accepting) {
       throw EpisodeError.admissionClosed(`a new agent session ${key}`);
     }
     const s = new SessionPhase(this.#entryFor(key, episode));
-    s.parkRequested = !this.#accepting;
-    this.#track(s);
+    s.parkRequested = !this.#admission.accepting;
+    this.#sessions.track(s);
     this.#changed();
   }
 
@@ -372,22 +248,14 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     }
     const task = new ActivationTask(options.signal);
     s.state = "running";
-    s.parkRequested = !this.#accepting;
+    s.parkRequested = !this.#admission.accepting;
     s.activation = task;
     const continuation = s.continuation;
     s.continuation = null;
     s.restoredPending = false;
-    this.#refresh(s);
+    this.#sessions.refresh(s);
     this.#changed();
-    return {
-      sessionKey: key,
-      episode: s.episode,
-      continuation,
-      signal: task.signal,
-      boundary: (snapshot) => this.#boundary(s, task, snapshot),
-      modelCall: (call) => this.#modelCall(s, task, call),
-      end: () => this.#endActivation(s, task),
-    };
+    return sessionActivation(s, task, continuation, this.#sessions, () => this.#changed());
   }
 
   /**
@@ -405,7 +273,8 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     const { signal } = options;
     // Checked in the same synchronous run as the mark: a commit whose readiness check passed
     // therefore exports an open session, never a closing one.
-    while (this.#opened !== null) await untilSettledOrAborted(this.#opened.promise, [signal]);
+    const admission = this.#admission;
+    while (admission.reopened !== null) await untilSettledOrAborted(admission.reopened, [signal]);
     const entry = this.#table.get(key);
     const s = entry?.phase ?? undefined;
     const wasClosing = entry?.closing ?? false;
@@ -413,7 +282,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     if (s === undefined) return false;
     if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
     if (!wasClosing) {
-      this.#refresh(s);
+      this.#sessions.refresh(s);
       this.#changed();
     }
     const task = s.activation;
@@ -424,7 +293,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     // The activation may have removed the closing session as it ended; only a retire that
     // took the session over refuses the close.
     if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
-    this.#untrack(s);
+    this.#sessions.untrack(s);
     this.#changed();
     return true;
   }
@@ -433,7 +302,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   dropSession(key: string): void {
     const s = this.#phase(key);
     if (s === undefined || s.activation !== null) return;
-    this.#untrack(s);
+    this.#sessions.untrack(s);
     this.#changed();
   }
 
@@ -463,52 +332,26 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     if (entry === undefined || s === undefined || s === null) {
       throw new Error(`agent session ${key} is not tracked after it was opened`);
     }
-    const continuation = this.#legacyRestored.get(key) ?? null;
-    let signal: AbortSignal;
+    let run: LegacyRunHandle;
     try {
-      signal = this.steps.begin(ck, {
-        continuation,
-        deadlineTs: options.deadlineTs ?? null,
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
+      run = this.#legacy.begin(episode, key, options, {
+        restartMarked: () => {
+          const session = this.#phase(key);
+          if (session !== undefined) this.#sessions.refresh(session);
+          this.#changed();
+        },
+        ended: () => {
+          if (s.tracked && s.activation === null && !s.retired) this.#sessions.untrack(s);
+          this.#changed();
+        },
       });
     } catch (error) {
       if (tracked === undefined) this.dropSession(key);
       if (existed === undefined) this.#table.remove(entry);
       throw error;
     }
-    this.#legacyRestored.delete(key);
     s.restoredPending = false;
-    this.#legacyLive.add(episode);
-    let ended = false;
-    const steps = this.steps;
-    return {
-      episode,
-      captureKey: ck,
-      sessionKey: key,
-      signal,
-      continuation: () => steps.continuation(ck),
-      boundary: (state) => steps.boundary(ck, state),
-      step: (mode, fn) => steps.step(ck, mode, fn),
-      markRestart: async (markSignal) => {
-        await steps.markRestart(ck, markSignal);
-        if (!this.#legacyLive.has(ck)) return;
-        this.#legacyRestarts.add(ck);
-        const session = this.#phase(key);
-        if (session !== undefined) this.#refresh(session);
-        this.#changed();
-      },
-      end: () => {
-        if (ended) return;
-        ended = true;
-        this.#legacyLive.delete(ck);
-        this.#legacyRestarts.delete(ck);
-        steps.end(ck);
-        if (s.tracked && s.activation === null && !s.retired) {
-          this.#untrack(s);
-        }
-        this.#changed();
-      },
-    };
+    return run;
   }
 
   // ---- Direct calls ----------------------------------------------------------------------
@@ -519,91 +362,68 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
    */
   trackDirect(episode: EpisodeId): DirectCall {
     this.retired.check(episode);
-    const key = captureKey(episode);
-    const entry: DirectEntry = {
-      episode,
-      key,
-      controller: new AbortController(),
-      ended: deferred<void>(),
-      done: false,
-    };
-    indexAdd(this.#direct, key, entry);
-    indexAdd(this.#directByRollout, episode.rollout_id, entry);
-    return {
-      signal: entry.controller.signal,
-      done: () => {
-        if (entry.done) return;
-        entry.done = true;
-        indexDelete(this.#direct, key, entry);
-        indexDelete(this.#directByRollout, episode.rollout_id, entry);
-        entry.ended.resolve();
-      },
-    };
+    return this.#direct.track(episode);
   }
 
   // ---- Control plane ---------------------------------------------------------------------
 
   override closeAdmission(request: CloseAdmissionRequest): void {
-    this.#accepting = false;
-    this.#opened ??= deferred<void>();
-    if ("restarts" in request && request.restarts !== undefined) {
-      this.#carried = new Set(request.restarts);
-    }
+    this.#admission.close("restarts" in request ? request.restarts : undefined);
     this.steps.closeAdmission();
-    for (const s of this.#tracked) {
+    for (const s of this.#sessions) {
       s.parkRequested = true;
-      this.#refresh(s);
+      this.#sessions.refresh(s);
     }
     this.notify();
   }
 
   override openAdmission(): void {
-    this.#accepting = true;
-    this.#carried = new Set();
+    const releaseWaiters = this.#admission.open();
     this.steps.openAdmission();
-    for (const s of this.#tracked) {
+    for (const s of this.#sessions) {
       s.parkRequested = false;
-      this.#refresh(s);
+      this.#sessions.refresh(s);
       s.wake?.resolve();
     }
-    const opened = this.#opened;
-    this.#opened = null;
-    opened?.resolve();
+    releaseWaiters();
     this.notify();
   }
 
   override ready(): boolean {
-    return this.#blocking.size === 0 && this.#seeds.size === 0 && this.steps.ready();
+    return this.#sessions.blockingCount === 0 && this.#seeds.size === 0 && this.steps.ready();
   }
 
   override readiness(): PrepareReport {
     const blockers = new Set<string>();
-    for (const s of this.#blocking) blockers.add(s.captureKey);
+    for (const s of this.#sessions.blocking()) blockers.add(s.captureKey);
     for (const key of this.steps.blockers(Number.MAX_SAFE_INTEGER)) blockers.add(key);
-    for (const seed of this.#seeds.values()) blockers.add(seed.captureKey);
+    for (const key of this.#seeds.captureKeys()) blockers.add(key);
     const sorted = [...blockers].sort(compareStrings);
     let atBoundary = 0;
-    for (const s of this.#tracked) if (s.state === "at_boundary") atBoundary += 1;
-    const restarts = new Set<string>(this.#legacyRestarts);
+    for (const s of this.#sessions) if (s.state === "at_boundary") atBoundary += 1;
+    const restarts = new Set<string>(this.#legacy.restarts());
     for (const key of this.#direct.keys()) restarts.add(key);
     return prepareReport({
       ready: sorted.length === 0,
       blockers: sorted.slice(0, MAX_LISTED_BLOCKERS),
       blockerCount: sorted.length,
-      counts: { sessions: this.#tracked.size, at_boundary: atBoundary },
+      counts: { sessions: this.#sessions.size, at_boundary: atBoundary },
       restarts: [...restarts].sort(compareStrings),
     });
   }
 
   override statusExtra(): Record<string, unknown> {
-    return { accepting: this.#accepting };
+    return { accepting: this.#admission.accepting };
   }
 
   override async export(
     scope: readonly EpisodeId[] | null,
     signal: AbortSignal,
   ): Promise<AgentSessionRecord[]> {
-    const chosen = this.#exportedSessions(scope);
+    const chosen = this.#sessions.inScope(
+      scope,
+      (s) => !s.retired && !s.closing && !this.#isRestart(s),
+    );
     if (chosen.length === 0) return [];
     const states = await this.#hooks.exportAgentSessions({
       sessionKeys: chosen.map((s) => s.key),
@@ -620,7 +440,9 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       const boundary =
         s.state === "at_boundary" && s.snapshot !== null ? s.snapshot() : s.continuation;
       const episode = isLegacySessionKey(s.key)
-        ? (this.steps.exportedBoundary(s.captureKey) ?? this.#legacyRestored.get(s.key) ?? null)
+        ? (this.steps.exportedBoundary(s.captureKey) ??
+          this.#legacy.restoredBoundary(s.key) ??
+          null)
         : null;
       // Not walked here: the records writer checks every record once as it encodes it, and a
       // value that is not JSON fails the commit with 422 naming the episode and the path
@@ -640,41 +462,12 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     });
   }
 
-  /**
-   * The sessions an export writes, in capture-key order (ties by session key), so the commit
-   * reply's sorted episode list needs no sort (unless one attempt has several sessions). With a scope, walked in the scope's key order
-   * (a controller sends it sorted): no sort of thousands of sessions.
-   */
-  #exportedSessions(scope: readonly EpisodeId[] | null): SessionPhase[] {
-    const exported = (s: SessionPhase): boolean => !s.retired && !s.closing && !this.#isRestart(s);
-    const byKeys = (a: SessionPhase, b: SessionPhase): number =>
-      compareStrings(a.captureKey, b.captureKey) || compareStrings(a.key, b.key);
-    if (scope === null) return [...this.#tracked].filter(exported).sort(byKeys);
-    const chosen: SessionPhase[] = [];
-    const episodes = scopeInKeyOrder(scope);
-    const keys = sortedScopeKeys(scope);
-    for (let i = 0; i < episodes.length; i++) {
-      const sessions = this.#sessionsByRollout.get((episodes[i] as EpisodeId).rollout_id);
-      if (sessions === undefined) continue;
-      const first = chosen.length;
-      for (const s of sessions) {
-        if (s.captureKey === keys[i] && exported(s)) chosen.push(s);
-      }
-      // Several sessions of one attempt (rare): ordered among themselves by session key.
-      if (chosen.length - first > 1) {
-        const group = chosen.splice(first).sort(byKeys);
-        for (const s of group) chosen.push(s);
-      }
-    }
-    return chosen;
-  }
-
   override async install(
     records: readonly AgentSessionRecord[],
     _scope: readonly EpisodeId[],
     signal: AbortSignal,
   ): Promise<void> {
-    if (this.#tracked.size > 0 || this.#seeds.size > 0 || this.#legacyLive.size > 0) {
+    if (this.#sessions.size > 0 || this.#seeds.size > 0 || this.#legacy.size > 0) {
       throw new CheckpointError(
         "checkpoint_error",
         "agent restore requires a process with no live sessions or seeds; restore into a fresh process",
@@ -702,7 +495,8 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
   }
 
   async adoptRestored(stored: AgentSessionRecord, signal: AbortSignal): Promise<void> {
-    if (this.has(stored.session_key) || this.#legacyRestored.has(stored.session_key)) {
+    const key = stored.session_key;
+    if (this.has(key) || this.#legacy.restoredBoundary(key) !== undefined) {
       throw new CheckpointError(
         "checkpoint_error",
         `agent session ${stored.session_key} is already held by this worker`,
@@ -726,188 +520,57 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
       const s = new SessionPhase(this.#entryFor(sessionKey, episodeId));
       s.continuation = r.boundary;
       s.restoredPending = true;
-      s.parkRequested = !this.#accepting;
-      this.#track(s);
-      if (r.episode !== null) this.#legacyRestored.set(sessionKey, r.episode);
+      s.parkRequested = !this.#admission.accepting;
+      this.#sessions.track(s);
+      if (r.episode !== null) this.#legacy.keepRestored(sessionKey, r.episode);
       if (r.owner !== null) this.#restoredOwners.set(sessionKey, r.owner);
     });
     this.#changed();
   }
 
   override restoredPending(): EpisodeId[] {
-    return [...this.#tracked]
-      .filter((s) => s.restoredPending)
-      .map((s) => s.episode)
-      .sort((a, b) => compareStrings(captureKey(a), captureKey(b)));
+    return this.#sessions.restoredPending();
   }
 
   override async retire(episode: EpisodeId, signal: AbortSignal): Promise<void> {
-    const covers = (e: EpisodeId): boolean =>
-      e.rollout_id === episode.rollout_id && e.attempt <= episode.attempt;
     // 1. Seeds of the attempt finish first: what they build is then tracked, or freed by them.
-    for (;;) {
-      const seeds = this.#seedsByRollout.get(episode.rollout_id);
-      if (seeds === undefined || ![...seeds].some((seed) => covers(seed.episode))) break;
-      await untilSettledOrAborted(this.#seedChanged.promise, [signal]);
-    }
+    const seeds = this.#seeds;
+    while (seeds.holds(episode)) await untilSettledOrAborted(seeds.nextLeave, [signal]);
     // 2. Mark, wake and cancel (once) every session of the attempt; stop direct calls.
-    const sessions = [...(this.#sessionsByRollout.get(episode.rollout_id) ?? [])].filter((s) =>
-      covers(s.episode),
-    );
+    const sessions = this.#sessions.coveredBy(episode);
     for (const s of sessions) {
       if (!s.retired) {
         s.retired = true;
-        this.#refresh(s);
+        this.#sessions.refresh(s);
       }
       s.wake?.resolve();
       s.activation?.cancel(new ActivationCancelledError(s.key, "retired"));
     }
-    const direct = [...(this.#directByRollout.get(episode.rollout_id) ?? [])].filter((d) =>
-      covers(d.episode),
-    );
-    for (const d of direct) {
-      if (!d.controller.signal.aborted) {
-        d.controller.abort(EpisodeError.staleAttempt(d.key, episode.attempt));
-      }
-    }
+    const direct = this.#direct.stop(episode);
     this.#changed();
     await untilSettledOrAborted(
-      Promise.all([
-        ...sessions.map((s) => s.activation?.ended.promise),
-        ...direct.map((d) => d.ended.promise),
-      ]),
+      Promise.all([...sessions.map((s) => s.activation?.ended.promise), ...direct]),
       [signal],
     );
     // 3. The legacy episodes of the attempt stop.
-    const legacy = this.#legacyLive.covered(episode);
+    const legacy = this.#legacy.covered(episode);
     await Promise.all(legacy.map((key) => this.steps.retire(key, signal)));
     // 4. The agent frees each session's state; 5. only then is the session forgotten.
     for (const s of sessions) {
       await this.#hooks.retireAgentSession({ sessionKey: s.key, signal });
-      if (s.tracked) this.#untrack(s);
-      this.#legacyRestored.delete(s.key);
+      if (s.tracked) this.#sessions.untrack(s);
+      this.#legacy.forgetRestored(s.key);
     }
     // The rollout's own legacy key only: no scan of every restored legacy session.
     const legacyKey = legacySessionKey(episode.rollout_id);
-    if (this.#phase(legacyKey) === undefined) this.#legacyRestored.delete(legacyKey);
+    if (this.#phase(legacyKey) === undefined) this.#legacy.forgetRestored(legacyKey);
     this.#changed();
   }
 
   // ---- Internals -------------------------------------------------------------------------
 
-  async #boundary(
-    s: SessionPhase,
-    task: ActivationTask,
-    snapshot: BoundarySnapshot,
-  ): Promise<void> {
-    this.#requireLive(s, task);
-    s.snapshot = snapshot;
-    if (s.parkRequested) await this.#park(s, task);
-  }
-
-  async #modelCall<T>(
-    s: SessionPhase,
-    task: ActivationTask,
-    call: (signal: AbortSignal) => Promise<T>,
-  ): Promise<T> {
-    this.#requireLive(s, task);
-    const afterBoundary = s.snapshot !== null;
-    if (afterBoundary) {
-      s.state = "at_boundary";
-      this.#refresh(s);
-      this.#changed();
-    }
-    let result: T;
-    try {
-      result = await call(task.signal);
-    } catch (error) {
-      if (afterBoundary && s.activation === task) {
-        s.state = "running";
-        this.#refresh(s);
-        this.#changed();
-      }
-      throw error;
-    }
-    this.#requireLive(s, task);
-    // The checkpoint counted this session at the boundary before the call: hold the reply.
-    if (afterBoundary && s.parkRequested) await this.#park(s, task);
-    else if (afterBoundary) {
-      s.state = "running";
-      this.#refresh(s);
-      this.#changed();
-    }
-    return result;
-  }
-
-  async #park(s: SessionPhase, task: ActivationTask): Promise<void> {
-    s.state = "at_boundary";
-    this.#refresh(s);
-    this.#changed();
-    for (;;) {
-      s.wake = deferred<void>();
-      try {
-        await untilSettledOrAborted(s.wake.promise, [task.signal]);
-      } finally {
-        s.wake = null;
-      }
-      this.#requireLive(s, task);
-      if (!s.parkRequested) break;
-    }
-    s.state = "running";
-    this.#refresh(s);
-    this.#changed();
-  }
-
-  #requireLive(s: SessionPhase, task: ActivationTask): void {
-    if (!s.tracked || s.retired || s.activation !== task) {
-      throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
-    }
-    task.signal.throwIfAborted();
-  }
-
-  #endActivation(s: SessionPhase, task: ActivationTask): void {
-    if (task.done) return;
-    task.done = true;
-    if (s.activation === task) {
-      s.activation = null;
-      s.snapshot = null;
-      s.state = "idle";
-      if (s.tracked && s.closing && !s.retired) this.#untrack(s);
-      else this.#refresh(s);
-    }
-    task.ended.resolve();
-    this.#changed();
-  }
-
   #isRestart(s: SessionPhase): boolean {
-    return this.#legacyRestarts.has(s.captureKey) || this.#carried.has(s.captureKey);
-  }
-
-  #refresh(s: SessionPhase): void {
-    const blocking =
-      s.tracked && (s.retired || s.closing || (s.state === "running" && !this.#isRestart(s)));
-    if (blocking === s.blocking) return;
-    s.blocking = blocking;
-    if (blocking) this.#blocking.add(s);
-    else this.#blocking.delete(s);
-  }
-
-  #track(s: SessionPhase): void {
-    s.owner.phase = s;
-    this.#tracked.add(s);
-    indexAdd(this.#sessionsByRollout, s.episode.rollout_id, s);
-    this.#refresh(s);
-  }
-
-  #untrack(s: SessionPhase): void {
-    if (!s.tracked) return;
-    s.owner.phase = null;
-    this.#tracked.delete(s);
-    indexDelete(this.#sessionsByRollout, s.episode.rollout_id, s);
-    if (s.blocking) {
-      s.blocking = false;
-      this.#blocking.delete(s);
-    }
+    return this.#legacy.isRestart(s.captureKey) || this.#admission.carries(s.captureKey);
   }
 
   /**
@@ -916,7 +579,7 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
    * either way: its coordinator answers status with the counts the workers report.
    */
   #changed(): void {
-    if (!this.#accepting) this.notify();
+    if (!this.#admission.accepting) this.notify();
     else this.onChange?.();
   }
 }

@@ -8,10 +8,8 @@
 import { DetailError, EpisodeError } from "../../errors.js";
 import type { EpisodeId } from "../../identity/episode-id.js";
 import { legacySessionKey } from "../../participants/agent/agent-records.js";
-import {
-  ActivationCancelledError,
-  type LegacyRunHandle,
-} from "../../participants/agent/agent-session-participant.js";
+import type { LegacyRunHandle } from "../../participants/agent/legacy-runs.js";
+import { ActivationCancelledError } from "../../participants/agent/session-phase.js";
 import { EpisodeRetiredError } from "../../steps/episode-errors.js";
 import type { ActivationContext, LegacyRunSteps } from "./agent-hooks.js";
 

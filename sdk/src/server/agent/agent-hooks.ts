@@ -6,7 +6,7 @@
  */
 import type { Request } from "express";
 import type { EpisodeId } from "../../identity/episode-id.js";
-import type { BoundarySnapshot } from "../../participants/agent/agent-session-participant.js";
+import type { BoundarySnapshot } from "../../participants/agent/session-phase.js";
 import type { BoundaryState, StepMode } from "../../steps/episode-steps.js";
 import type { CookieJar } from "../../util/cookies.js";
 import type {
