@@ -356,6 +356,46 @@ export class ConfigError extends Error {
 }
 
 /**
+ * A resources server's tool route that cannot be served over MCP, found at startup when the
+ * server exposes its tools over MCP (`expose_tools_over_mcp: true`). Names the route; fix the
+ * route, or leave it out of MCP with `mcp: false`.
+ */
+export class McpToolError extends ConfigError {
+  override name = "McpToolError";
+  constructor(
+    /** The route, as `POST /path`. */
+    readonly route: string,
+    why: string,
+  ) {
+    super(`tool route ${route} cannot be an MCP tool: ${why}`);
+  }
+
+  /** A tool name (the path without its `/`) outside `^[A-Za-z0-9_-]+$`. */
+  static badName(route: string, name: string): McpToolError {
+    return new McpToolError(
+      route,
+      `its name ${JSON.stringify(name)} must match ^[A-Za-z0-9_-]+$ (rename the path, or set mcp: false)`,
+    );
+  }
+
+  /** A route whose `before` middleware a call over MCP would skip. */
+  static skippedMiddleware(route: string): McpToolError {
+    return new McpToolError(
+      route,
+      "it declares `before` middleware, which a call over MCP would not run (set mcp: false to keep it off MCP)",
+    );
+  }
+
+  /** A request schema whose JSON Schema is not an object (MCP tool arguments are one). */
+  static notAnObject(route: string): McpToolError {
+    return new McpToolError(
+      route,
+      "its request schema does not describe a JSON object, and MCP tool arguments are one",
+    );
+  }
+}
+
+/**
  * A plain HTTP refusal answered with `{"detail": <string>}` (no error code), for the few
  * refusals the contract words that way (e.g. an agent session that is already closed).
  */

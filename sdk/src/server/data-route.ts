@@ -64,6 +64,12 @@ export interface DataRoute<
    */
   readonly before?: readonly RequestHandler[];
   /**
+   * Whether a resources server that exposes its tools over MCP (`expose_tools_over_mcp: true`)
+   * serves this `POST` route as an MCP tool too, named by its path without the `/`
+   * (see docs/mcp.md). @default true
+   */
+  readonly mcp?: boolean;
+  /**
    * A hand check of the body, tried before `request` for a route whose bodies are large: what
    * the schema would parse the body into, or null to let the schema parse it (and name what is
    * wrong). It must agree with the schema (hold the two equal with a property test) and must

@@ -36,6 +36,8 @@ import {
   type AggregateMetricsRequest,
 } from "./resources/aggregate-metrics.js";
 import { resourcesCheckpointMiddleware } from "./resources/checkpoint-middleware.js";
+import { mcpAccess, mcpRoutes, mcpTools, withMcpAccess } from "./resources/mcp-endpoint.js";
+import { MCP_TOKEN_SALT, McpSessionTokens, isMcpPath } from "./resources/mcp-session-token.js";
 import {
   sessionCookie,
   sessionOf,
@@ -43,6 +45,22 @@ import {
   type ResourcesSession,
 } from "./resources/session-cookie.js";
 import { Server, type ServerOptions } from "./server.js";
+
+/**
+ * The `config:` settings every resources server takes; a server declaring settings of its own
+ * extends it (`ResourcesConfigSchema.extend({...})`).
+ */
+export const ResourcesConfigSchema = z
+  .strictObject({
+    /**
+     * Serve the tool routes as MCP tools on `/mcp`, and hand out an MCP session token in every
+     * `/seed_session` reply (see docs/mcp.md). @default false
+     */
+    expose_tools_over_mcp: z.boolean().default(false),
+  })
+  .meta({ id: "ResourcesConfig" });
+/** The base resources server settings. */
+export type ResourcesConfig = z.infer<typeof ResourcesConfigSchema>;
 
 /** The path of the base aggregation route. */
 const AGGREGATE_METRICS_PATH = "/aggregate_metrics";
@@ -191,6 +209,8 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
   /** The class's name, which names its session cookie. */
   readonly #className: string;
   #participant: ResourcesParticipant | null = null;
+  /** The MCP session tokens, when the server serves `/mcp` (read once, from the settings). */
+  #mcpTokens: McpSessionTokens | null | undefined;
 
   constructor(options: ServerOptions) {
     super(options);
@@ -305,6 +325,15 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
     return aggregateMetrics(request);
   }
 
+  /**
+   * The tools a seeded session may call over MCP, named in its session token (`tools/list`
+   * shows it only those); null: every tool. Read only when the server exposes its tools over
+   * MCP. @default null
+   */
+  protected mcpAllowedTools(_input: SeedInput<this>): readonly string[] | null {
+    return null;
+  }
+
   /** Closes a session; succeed when already closed or never seeded. The default keeps no state. */
   protected closeSession(input: CloseSessionInput): unknown {
     return { resources_session_id: input.body.resources_session_id ?? null };
@@ -340,15 +369,67 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
     return `${this.#className}___${this.name}`;
   }
 
+  /** {@link ResourcesConfigSchema}, unless {@link configSchema} declares an extension of it. */
+  protected override baseConfigSchema(): z.ZodType<ResourcesConfig> {
+    return ResourcesConfigSchema;
+  }
+
+  /** The MCP session tokens when `expose_tools_over_mcp` is on, else null. */
+  get #mcp(): McpSessionTokens | null {
+    if (this.#mcpTokens === undefined) {
+      // A declared schema that does not extend ResourcesConfigSchema has no such setting.
+      const settings = this.config as { readonly expose_tools_over_mcp?: unknown } | undefined;
+      this.#mcpTokens =
+        settings?.expose_tools_over_mcp === true
+          ? new McpSessionTokens(this.sessionCookieKey(`${this.#cookieName}:${MCP_TOKEN_SALT}`))
+          : null;
+    }
+    return this.#mcpTokens;
+  }
+
   protected override installKindMiddleware(app: Express): void {
+    const mcp = this.#mcp;
     app.use(
       sessionCookie({
         cookieName: this.#cookieName,
         key: this.sessionCookieKey(this.#cookieName),
         owner: this.workerRoutingId,
+        namedSession:
+          mcp === null
+            ? undefined
+            : (req) => (isMcpPath(req.path) ? (mcp.claimsOf(req)?.sessionId ?? null) : null),
       }),
     );
-    if (this.#participant !== null) app.use(resourcesCheckpointMiddleware(this.#participant));
+    if (this.#participant !== null) {
+      app.use(resourcesCheckpointMiddleware(this.#participant, { mcpTokens: mcp }));
+    }
+  }
+
+  /** A seed's reply with the session's MCP access added (when the server serves `/mcp`). */
+  #withMcpAccess(reply: unknown, input: SeedInput<this>): unknown {
+    const mcp = this.#mcp;
+    if (mcp === null) return reply;
+    const token = mcp.mint({
+      // The session as the seed left it (it may have replaced the ID).
+      sessionId: input.session.id,
+      episode: this.checkpointEnabled ? (input.rollout?.episodeId ?? null) : null,
+      tools: this.mcpAllowedTools(input),
+    });
+    return withMcpAccess(reply, mcpAccess(this.name, token));
+  }
+
+  /** `/mcp` and its tools, built from the tool routes (the names are checked here, at startup). */
+  #mcpRoutes(): readonly DataRoute[] {
+    const mcp = this.#mcp;
+    if (mcp === null) return [];
+    return mcpRoutes({
+      serverName: this.name,
+      version: this.apiInfo().version,
+      tools: mcpTools([...this.tools(), ...this.extraRoutes()]),
+      tokens: mcp,
+      errors: SESSION_ROUTE_ERRORS,
+      logger: this.logger,
+    });
   }
 
   /** The owner the session cookie names, else the `x-ng-session-owner` header's. */
@@ -381,7 +462,10 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
         errors: SESSION_ROUTE_ERRORS,
         rolloutPrefixed: true,
         rolloutRequired: true,
-        handler: (input) => this.seedSession(withSession(input as RouteInput<Seed>)),
+        handler: async (input) => {
+          const seed = withSession(input as RouteInput<Seed>);
+          return this.#withMcpAccess(await this.seedSession(seed), seed);
+        },
       }),
       dataRoute({
         method: "post",
@@ -427,6 +511,7 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
       // A tool is called under the episode's `/ng-rollout/<capture key>/` prefix (a restored
       // session needs it): documented there too, unless the tool says otherwise. A tool that
       // starts a session is refused without the prefix, as `/seed_session` is.
+      ...this.#mcpRoutes(),
       ...this.tools().map((tool) => {
         const prefixed = tool.rolloutPrefixed ?? true;
         return {

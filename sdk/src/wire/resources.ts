@@ -85,3 +85,41 @@ export const VerifyReplySchema = z
   });
 /** A `/verify` reply. */
 export type VerifyReply = z.infer<typeof VerifyReplySchema>;
+
+/**
+ * One JSON-RPC message posted to a resources server's `/mcp` (MCP Streamable HTTP): a request
+ * such as `tools/list` or `tools/call`, or a notification (no `id`).
+ */
+export const McpMessageSchema = z
+  .looseObject({
+    jsonrpc: z.literal("2.0"),
+    id: z.union([z.string(), z.int()]).optional(),
+    method: z.string(),
+    params: z.record(z.string(), z.unknown()).optional(),
+  })
+  .meta({
+    id: "McpMessage",
+    example: {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tools/call",
+      params: { name: "increment_counter", arguments: { count: 2 } },
+    },
+  });
+
+/** The JSON-RPC reply of `/mcp`: a result, or a JSON-RPC error. */
+export const McpReplySchema = z
+  .looseObject({
+    jsonrpc: z.literal("2.0"),
+    id: z.union([z.string(), z.int()]).nullable(),
+    result: z.record(z.string(), z.unknown()).optional(),
+    error: z.looseObject({ code: z.int(), message: z.string() }).optional(),
+  })
+  .meta({
+    id: "McpReply",
+    example: {
+      jsonrpc: "2.0",
+      id: 1,
+      result: { content: [{ type: "text", text: '{"success":true}' }] },
+    },
+  });

@@ -2,6 +2,7 @@ import type { RequestHandler } from "express";
 import type { ResourcesParticipant } from "../../participants/resources/resources-participant.js";
 import { handlerSettled } from "../handler-lifecycle.js";
 import { rolloutOf } from "../rollout-prefix.js";
+import { isMcpPath, type McpSessionTokens } from "./mcp-session-token.js";
 import { onResponseStart } from "./response-start.js";
 import { sessionOf } from "./session-cookie.js";
 
@@ -13,6 +14,15 @@ import {
 
 export { CLOSE_FOLLOWS_HEADER, RESTART_HEADER, VERIFY_HEADER };
 
+/** Options of {@link resourcesCheckpointMiddleware}. */
+export interface ResourcesCheckpointMiddlewareOptions {
+  /**
+   * The server's MCP session tokens, when it serves `/mcp`: a call there with a usable token is
+   * the token's session and attempt; without one, the cookie's session. @default none
+   */
+  readonly mcpTokens?: McpSessionTokens | null;
+}
+
 /**
  * The checkpoint middleware of a resources server (see docs/resources-server.md): passes GET/HEAD and
  * control routes through; waits for admission (never refuses for an open checkpoint); admits,
@@ -22,14 +32,21 @@ export { CLOSE_FOLLOWS_HEADER, RESTART_HEADER, VERIFY_HEADER };
  * A data route's request reaches it with its body read and parsed (the base `Server` reads it
  * first when a participant takes part), so a body still arriving is never counted in flight.
  */
-export function resourcesCheckpointMiddleware(participant: ResourcesParticipant): RequestHandler {
+export function resourcesCheckpointMiddleware(
+  participant: ResourcesParticipant,
+  options: ResourcesCheckpointMiddlewareOptions = {},
+): RequestHandler {
+  const mcpTokens = options.mcpTokens ?? null;
   return (req, res, next) => {
     if (req.method === "GET" || req.method === "HEAD" || req.path.startsWith("/ng-control/")) {
       next();
       return;
     }
+    // The session layer already took an MCP call's session from its token; the token also
+    // names the attempt, since a harness's calls carry no rollout prefix.
     const session = sessionOf(req);
     const path = req.path;
+    const token = mcpTokens !== null && isMcpPath(path) ? mcpTokens.claimsOf(req) : null;
     const abort = new AbortController();
     const onClose = (): void => abort.abort(new Error("the client closed the connection"));
     res.once("close", onClose);
@@ -37,7 +54,7 @@ export function resourcesCheckpointMiddleware(participant: ResourcesParticipant)
       .admit({
         sessionId: session.id,
         path,
-        episode: rolloutOf(req)?.episodeId ?? null,
+        episode: token?.episode ?? rolloutOf(req)?.episodeId ?? null,
         signal: abort.signal,
       })
       .then(

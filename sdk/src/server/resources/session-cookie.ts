@@ -46,11 +46,47 @@ export interface SessionCookieOptions {
   readonly key: Buffer;
   /** The worker owning the sessions started here, named in their cookies. @default none (one process) */
   readonly owner?: string | null;
+  /**
+   * The session a request names other than by its cookie (a valid MCP session token), or null
+   * to use the cookie's. @default the cookie's, always
+   */
+  readonly namedSession?: (req: Request) => string | null;
 }
 
 function sign(key: Buffer, payload: string): string {
   return createHmac("sha256", key).update(payload).digest("base64url");
 }
+
+/**
+ * Signs a JSON value as `<base64url JSON>.<base64url HMAC-SHA256>`: the form of session cookies
+ * and MCP session tokens (each with its own key).
+ */
+export function encodeSigned(value: unknown, key: Buffer): string {
+  const payload = Buffer.from(JSON.stringify(value)).toString("base64url");
+  return `${payload}.${sign(key, payload)}`;
+}
+
+/**
+ * The JSON value of a signed string made by {@link encodeSigned}, or undefined when the
+ * signature is wrong, the payload is not UTF-8 or not JSON.
+ */
+export function decodeSigned(value: string, key: Buffer): unknown {
+  const dot = value.lastIndexOf(".");
+  if (dot <= 0) return undefined;
+  const payload = value.slice(0, dot);
+  const given = Buffer.from(value.slice(dot + 1));
+  const expected = Buffer.from(sign(key, payload));
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
+  try {
+    const text = UTF8.decode(Buffer.from(payload, "base64url"));
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Refuses bytes that are not UTF-8 instead of replacing them. */
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
 
 function readCookie(header: string | undefined, name: string): string | null {
   if (header === undefined) return null;
@@ -70,21 +106,11 @@ interface SessionCookiePayload {
 }
 
 function decodePayload(value: string, key: Buffer): SessionCookiePayload | null {
-  const dot = value.lastIndexOf(".");
-  if (dot <= 0) return null;
-  const payload = value.slice(0, dot);
-  const given = Buffer.from(value.slice(dot + 1));
-  const expected = Buffer.from(sign(key, payload));
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return null;
-  try {
-    const data: unknown = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
-    if (typeof data !== "object" || data === null) return null;
-    const { session_id: id, owner } = data as Record<string, unknown>;
-    if (typeof id !== "string" || id.length === 0) return null;
-    return { sessionId: id, owner: typeof owner === "string" && owner.length > 0 ? owner : null };
-  } catch {
-    return null;
-  }
+  const data = decodeSigned(value, key);
+  if (typeof data !== "object" || data === null) return null;
+  const { session_id: id, owner } = data as Record<string, unknown>;
+  if (typeof id !== "string" || id.length === 0) return null;
+  return { sessionId: id, owner: typeof owner === "string" && owner.length > 0 ? owner : null };
 }
 
 /** Decodes a signed cookie value to its session ID, or null when absent, forged or malformed. */
@@ -102,8 +128,7 @@ export function encodeSessionCookie(
   owner: string | null = null,
 ): string {
   const body = owner === null ? { session_id: sessionId } : { session_id: sessionId, owner };
-  const payload = Buffer.from(JSON.stringify(body)).toString("base64url");
-  return `${payload}.${sign(key, payload)}`;
+  return encodeSigned(body, key);
 }
 
 /**
@@ -129,9 +154,12 @@ export function sessionCookie(options: SessionCookieOptions): RequestHandler {
   const key = options.key;
   const name = options.cookieName;
   const owner = options.owner ?? null;
+  const namedSession = options.namedSession ?? null;
   return (req, res, next) => {
-    const raw = readCookie(req.headers.cookie, name);
-    const id = raw === null ? null : decodeSessionCookie(raw, key);
+    // A session named otherwise (an MCP token) is the request's; its reply sets no cookie.
+    const named = namedSession?.(req) ?? null;
+    const raw = named !== null ? null : readCookie(req.headers.cookie, name);
+    const id = named ?? (raw === null ? null : decodeSessionCookie(raw, key));
     const state: SessionState = { id: id ?? randomUUID(), dirty: id === null };
     sessions.set(req, state);
     onResponseStart(res, () => {
