@@ -1,7 +1,8 @@
 /**
  * The demo's scenario (what `npm run demo` and `npm run bench:scale` run), small: real processes
  * under `gym serve`, a checkpoint with rollouts in flight, a crash of every Gym process group, a
- * restore in fresh processes and the replacements. It must report no contract problem.
+ * restore in fresh processes and the replacements. It must report no contract problem. The
+ * built CLI and servers: the scenario is not about tsx, and they start on about half the CPU.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,7 +14,7 @@ import { episodeId } from "#sdk/identity/episode-id.js";
 import { gym, killEverything } from "./helpers.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "gym-demo-scenario-"));
-const run = new DeploymentRun(dir);
+const run = new DeploymentRun(dir, {}, { compiled: true });
 
 afterAll(async () => {
   await run.stop().catch(() => undefined);
@@ -56,7 +57,7 @@ describe("the demo scenario", () => {
     const checkpointDir = path.join(dir, "cli-checkpoint");
     const done = await gym(
       ["ckpt", "checkpoint", "--dir", checkpointDir, "--state", run.stateFile, "--json"],
-      { env: run.env },
+      { env: run.env, compiled: true },
     );
     expect(done.code, done.stderr).toBe(0);
     const json = JSON.parse(done.stdout) as {

@@ -1,13 +1,18 @@
 /**
  * The reference resources servers under `gym serve`, with a real crash: the counter's state is
  * checkpointed, every process group is killed, fresh processes restore it, and the replacement
- * attempt gets the reward only the restored count can give.
+ * attempt gets the reward only the restored count can give. The built CLI and servers (as the
+ * packages ship them): each process then starts without a TypeScript loader, on about half the
+ * CPU.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO, gym, killEverything, stateServers } from "./helpers.js";
+import { REPO, gym as gymCommand, killEverything, stateServers } from "./helpers.js";
+
+/** The built `gym`. */
+const gym = (args: readonly string[]) => gymCommand(args, { compiled: true });
 
 let dir: string;
 let deployment: string;
@@ -25,7 +30,8 @@ beforeAll(() => {
     .replace(
       "entrypoint: weather/",
       `entrypoint: ${path.join(REPO, "reference-servers", "weather")}/`,
-    );
+    )
+    .replaceAll("/src/index.ts", "/dist/index.js");
   deployment = path.join(dir, "resources.yaml");
   writeFileSync(deployment, text);
   stateFile = path.join(dir, ".gym", "run.json");

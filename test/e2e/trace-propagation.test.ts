@@ -4,7 +4,7 @@
  * spans every server exports (environment, agent, policy model, resources) share its trace ID,
  * each server's request span a child of its caller's.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -94,17 +94,17 @@ describe("trace context through the reference deployment", () => {
     { timeout: 120_000 },
     async () => {
       await receiver.start();
-      run = new DeploymentRun(dir, {
-        OTEL_TRACES_EXPORTER: "otlp",
-        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
-        // The receiver reads JSON (the default encoding is protobuf).
-        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
-        OTEL_BSP_SCHEDULE_DELAY: "100",
-      });
-      // The built servers start in about half the time.
-      writeFileSync(
-        run.deploymentFile,
-        readFileSync(run.deploymentFile, "utf8").replace(/\/src\/index\.ts$/gm, "/dist/index.js"),
+      // The built CLI and servers start in about half the time.
+      run = new DeploymentRun(
+        dir,
+        {
+          OTEL_TRACES_EXPORTER: "otlp",
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+          // The receiver reads JSON (the default encoding is protobuf).
+          OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+          OTEL_BSP_SCHEDULE_DELAY: "100",
+        },
+        { compiled: true },
       );
       await run.serve();
       const row = counterRow(0);

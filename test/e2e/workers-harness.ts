@@ -135,11 +135,11 @@ export class CounterDeployment {
     return counter.url;
   }
 
-  /** Runs `gym` with this deployment's state file. */
+  /** Runs the built `gym` (as {@link serve} does: no TypeScript loader to start). */
   async gym(
     args: readonly string[],
   ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    return await gym(args, { timeoutMs: 120_000 });
+    return await gym(args, { timeoutMs: 120_000, compiled: true });
   }
 
   /** Calls a control route. */
@@ -161,13 +161,13 @@ export class CounterDeployment {
 
   /** Kills every process of the counter at once. */
   async crash(): Promise<void> {
-    const stopped = await gym(["stop", "--kill", "--state", this.stateFile]);
+    const stopped = await gym(["stop", "--kill", "--state", this.stateFile], { compiled: true });
     if (stopped.code !== 0) throw new Error(`gym stop --kill failed:\n${stopped.stderr}`);
   }
 
   /** Stops it gracefully. */
   async stop(): Promise<void> {
-    await gym(["stop", "--state", this.stateFile]);
+    await gym(["stop", "--state", this.stateFile], { compiled: true });
   }
 }
 

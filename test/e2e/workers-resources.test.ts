@@ -256,7 +256,7 @@ describe("a worker that dies", { timeout: 120_000 }, () => {
     // Nothing was left half-done: the participant is idle, admission open.
     expect((await run.control("status")).body.phase).toBe("idle");
 
-    const shown = await gym(["ckpt", "status", "--state", run.stateFile]);
+    const shown = await gym(["ckpt", "status", "--state", run.stateFile], { compiled: true });
     expect(shown.stdout).toContain("WORKERS");
     expect(shown.stdout).toContain(`pid ${victim}`);
     await run.stop();

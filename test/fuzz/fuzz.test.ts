@@ -1,6 +1,7 @@
 /**
  * The bounded slice of the fuzz suite in `npm test`: one fixed seed, 1,500 hostile requests on
- * every route of the reference deployment in real processes (started from source), then
+ * every route of the reference deployment in real processes (started from the build: the fuzz
+ * is not about tsx, and a server under it starts on about twice the CPU), then
  * half-sent bodies, declared oversize bodies and restores of corrupted checkpoints, then every
  * server healthy and idle. Longer runs: `npm run test:fuzz -- --budget 20000 --seed S`; a
  * finding here replays with the repro it prints.
@@ -16,7 +17,7 @@ describe("the reference deployment under fuzz", () => {
     "answers hostile requests and corrupted restores without a 5xx, a hang or a leftover",
     { timeout: 300_000 },
     async () => {
-      const report = await runFuzz({ seed: SEED, budget: 1500, concurrency: 4 });
+      const report = await runFuzz({ seed: SEED, budget: 1500, concurrency: 4, compiled: true });
       const lines = report.findings.map((f) => `${f.group}\n  ${f.detail}\n  repro: ${f.repro}`);
       expect(lines, lines.join("\n")).toEqual([]);
       expect(report.requests).toBeGreaterThanOrEqual(1500);
