@@ -3,9 +3,9 @@ import path from "node:path";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
-import { CheckpointError, EpisodeError, GymError } from "../errors.js";
+import { CheckpointError } from "../errors.js";
 import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
-import { nextAttempt, sortedCaptureKeys, type EpisodeId } from "../identity/episode-id.js";
+import { nextAttempt, sortedCaptureKeys } from "../identity/episode-id.js";
 import { captureKeySet } from "../identity/scope-keys.js";
 import {
   readCheckpoint,
@@ -47,6 +47,7 @@ import { CheckpointLease } from "./checkpoint-lease.js";
 import { CommitWrites, type CommitWrite } from "./commit-write.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
+import { refuseRetiredReplacements, typedRestoreFailure } from "./restore-refusals.js";
 import { ResumedIds } from "./resumed-ids.js";
 import type { SpanningParticipant } from "./spanning-participant.js";
 import { stopEachRollout } from "./rollout-stops.js";
@@ -369,33 +370,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     });
   }
 
-  /**
-   * Refuses a restore whose replacement attempts are already retired here (`stale_attempt`),
-   * before anything changes. They are after a failed restore in this process (the controller
-   * retires every replacement then), or after a retire: installed, their state could never
-   * run, and would stand as a blocker of every later prepare. The contract is silent here;
-   * this is the typed refusal instead of state nobody can use.
-   */
-  #refuseRetiredReplacements(episodes: readonly EpisodeId[]): void {
-    const marks = this.participant.retired;
-    // A fresh process (the usual restore) has no marks: nothing to look up per episode.
-    if (marks.size === 0) return;
-    // The replacement (attempt + 1) is retired when its rollout's mark reaches it.
-    const retired = episodes.filter((e) => (marks.markOf(e.rollout_id) ?? -1) > e.attempt);
-    if (retired.length === 0) return;
-    const keys = sortedCaptureKeys(retired.map(nextAttempt));
-    const rollouts = [...new Set(retired.map((e) => e.rollout_id))].sort();
-    const shown = (list: readonly string[]) =>
-      list.slice(0, 5).join("', '") + (list.length > 5 ? `' and ${list.length - 5} more` : "'");
-    throw new EpisodeError(
-      "stale_attempt",
-      `restore refused: the replacement attempt(s) '${shown(keys)} are retired here ` +
-        "(a failed restore retires its replacements everywhere); forget rollout(s) " +
-        `'${shown(rollouts)} first, or restore into freshly started servers`,
-      keys[0] ?? null,
-    );
-  }
-
   /** Installs the checkpointed state of `episode_ids` as their next attempts (fresh process). */
   async restore(request: RestoreRequest): Promise<RestoreReply> {
     const id = request.checkpoint_id;
@@ -407,7 +381,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       if (again !== undefined) return again as RestoreReply;
       this.#fence(id, ["idle"], "restore");
       this.#spanning?.checkMembership("restore");
-      this.#refuseRetiredReplacements(request.episode_ids);
+      refuseRetiredReplacements(this.participant.retired, request.episode_ids);
       // The replaced attempts are refused everywhere from now on, before any bounded work.
       try {
         failpoint("restore.fence");
@@ -716,19 +690,4 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
         ),
     );
   }
-}
-
-/**
- * A restore step's failure as a typed refusal: a typed error as it is; anything else (a
- * participant hook or the file system failing in a way nobody typed) as 409 `checkpoint_error`
- * naming the step, instead of a 500 that tells the controller nothing.
- */
-function typedRestoreFailure(error: unknown, step: string): unknown {
-  if (error instanceof GymError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new CheckpointError(
-    "checkpoint_error",
-    `the restore failed while ${step}: ${message}; restore again, into freshly started servers if it fails again`,
-    { cause: error },
-  );
 }
