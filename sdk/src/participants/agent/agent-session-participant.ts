@@ -37,13 +37,8 @@ import { AgentSessionEntry, AgentSessionTable } from "./agent-session-table.js";
 import { DirectCalls, type DirectCall } from "./direct-calls.js";
 import { LegacyRuns, type LegacyRunHandle } from "./legacy-runs.js";
 import { SeedsInProgress, type SeedTicket } from "./seeds-in-progress.js";
-import { sessionActivation, type AgentActivation } from "./session-activation.js";
-import {
-  ActivationCancelledError,
-  ActivationTask,
-  SessionPhase,
-  type AgentSessionState,
-} from "./session-phase.js";
+import { startPhaseActivation, type AgentActivation } from "./session-activation.js";
+import { ActivationCancelledError, SessionPhase, type AgentSessionState } from "./session-phase.js";
 import { TrackedSessions } from "./tracked-sessions.js";
 
 /** Options of an {@link AgentSessionParticipant}. */
@@ -228,34 +223,12 @@ export class AgentSessionParticipant extends Participant<AgentSessionRecord> {
     options: { readonly signal?: AbortSignal } = {},
   ): AgentActivation {
     this.retired.check(episode);
-    const s = this.#phase(key);
-    if (s === undefined || s.closing) {
-      throw new CheckpointError("checkpoint_error", `agent session ${key} is not open`);
-    }
-    if (!sameEpisode(s.episode, episode)) {
-      throw new EpisodeError(
-        "stale_attempt",
-        `agent session ${key} belongs to attempt ${s.captureKey}, not ${captureKey(episode)}`,
-        captureKey(episode),
-      );
-    }
-    if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
-    if (s.state !== "idle" || s.activation !== null) {
-      throw new CheckpointError(
-        "checkpoint_error",
-        `agent session ${key} already has an active activation`,
-      );
-    }
-    const task = new ActivationTask(options.signal);
-    s.state = "running";
-    s.parkRequested = !this.#admission.accepting;
-    s.activation = task;
-    const continuation = s.continuation;
-    s.continuation = null;
-    s.restoredPending = false;
-    this.#sessions.refresh(s);
-    this.#changed();
-    return sessionActivation(s, task, continuation, this.#sessions, () => this.#changed());
+    return startPhaseActivation(this.#phase(key), key, episode, {
+      signal: options.signal,
+      parkRequested: !this.#admission.accepting,
+      sessions: this.#sessions,
+      changed: () => this.#changed(),
+    });
   }
 
   /**

@@ -1,17 +1,17 @@
 /**
- * One running activation of a tracked agent session, as its turn loop drives it: boundaries
- * recorded lazily, parking at a boundary while a checkpoint asks, policy calls counted at the
- * boundary before them, and the end that returns the session to idle (or removes it once
- * closing).
+ * One activation of a tracked agent session: started on its phase, then driven by the turn
+ * loop (boundaries recorded lazily, parking at a boundary while a checkpoint asks, policy calls
+ * counted at the boundary before them) until the end returns the session to idle or removes it
+ * once closing.
  *
  * @module
  */
-import { EpisodeError } from "../../errors.js";
-import type { EpisodeId } from "../../identity/episode-id.js";
+import { CheckpointError, EpisodeError } from "../../errors.js";
+import { captureKey, sameEpisode, type EpisodeId } from "../../identity/episode-id.js";
 import { untilSettledOrAborted } from "../../util/abortable.js";
 import { deferred } from "../../util/deferred.js";
 import type { JsonValue } from "../../json/json-value.js";
-import type { ActivationTask, BoundarySnapshot, SessionPhase } from "./session-phase.js";
+import { ActivationTask, type BoundarySnapshot, type SessionPhase } from "./session-phase.js";
 import type { TrackedSessions } from "./tracked-sessions.js";
 
 /**
@@ -42,11 +42,65 @@ export interface AgentActivation {
   end(): void;
 }
 
+/** What {@link startPhaseActivation} needs of the participant. */
+export interface ActivationContext {
+  /** The request's signal, which also aborts the activation. */
+  readonly signal: AbortSignal | undefined;
+  /** Whether a checkpoint is open: the activation parks at its first boundary. */
+  readonly parkRequested: boolean;
+  /** The tracked sessions, refreshed at each state change. */
+  readonly sessions: TrackedSessions;
+  /** Called after each state change (readiness or the counts may have changed). */
+  readonly changed: () => void;
+}
+
+/**
+ * Starts an activation on `s`, the phase tracking `key`, for `episode`: the session runs, the
+ * activation claims it (when restored) and takes its continuation.
+ *
+ * @throws EpisodeError `stale_attempt` (the session is another attempt's, or retired);
+ * CheckpointError `checkpoint_error` (no such session, or one already running).
+ */
+export function startPhaseActivation(
+  s: SessionPhase | undefined,
+  key: string,
+  episode: EpisodeId,
+  context: ActivationContext,
+): AgentActivation {
+  if (s === undefined || s.closing) {
+    throw new CheckpointError("checkpoint_error", `agent session ${key} is not open`);
+  }
+  if (!sameEpisode(s.episode, episode)) {
+    throw new EpisodeError(
+      "stale_attempt",
+      `agent session ${key} belongs to attempt ${s.captureKey}, not ${captureKey(episode)}`,
+      captureKey(episode),
+    );
+  }
+  if (s.retired) throw EpisodeError.staleAttempt(s.captureKey, s.episode.attempt);
+  if (s.state !== "idle" || s.activation !== null) {
+    throw new CheckpointError(
+      "checkpoint_error",
+      `agent session ${key} already has an active activation`,
+    );
+  }
+  const task = new ActivationTask(context.signal);
+  s.state = "running";
+  s.parkRequested = context.parkRequested;
+  s.activation = task;
+  const continuation = s.continuation;
+  s.continuation = null;
+  s.restoredPending = false;
+  context.sessions.refresh(s);
+  context.changed();
+  return activationHandle(s, task, continuation, context.sessions, context.changed);
+}
+
 /**
  * The handle of `task`, the activation just started on `s` (already `running`), continuing
  * from `continuation`. Each state change refreshes `s` in `sessions` and calls `changed`.
  */
-export function sessionActivation(
+function activationHandle(
   s: SessionPhase,
   task: ActivationTask,
   continuation: JsonValue | null,
