@@ -119,7 +119,7 @@ describe("session secrets under gym serve with two workers", { timeout: 240_000 
     await countEverySession(run.url);
     const log = readFileSync(path.join(run.dir, "logs", "counter.log"), "utf8");
     expect(log.match(/"session_secret":"random"/g)).toHaveLength(2);
-    await gym(["stop", "--state", run.stateFile]);
+    await gym(["stop", "--state", run.stateFile], { compiled: true });
   });
 
   it("sign with the configured secret, which no file, log, status or document shows", async () => {
@@ -129,7 +129,9 @@ describe("session secrets under gym serve with two workers", { timeout: 240_000 
     for (const [i, cookie] of cookies.entries()) {
       expect(decodeSessionCookie(cookie.slice(COOKIE.length + 1), key)).toBe(`s${i}`);
     }
-    const status = await gym(["ckpt", "status", "--state", run.stateFile, "--json"]);
+    const status = await gym(["ckpt", "status", "--state", run.stateFile, "--json"], {
+      compiled: true,
+    });
     expect(status.code, status.stderr).toBe(0);
     const openapi = await (await fetch(`${run.url}/openapi.json`)).text();
     for (const text of [status.stdout, status.stderr, openapi]) expect(text).not.toContain(SECRET);
@@ -142,7 +144,7 @@ describe("session secrets under gym serve with two workers", { timeout: 240_000 
     }
     const log = readFileSync(path.join(run.dir, "logs", "counter.log"), "utf8");
     expect(log.match(/"session_secret":"configured"/g)).toHaveLength(2);
-    await gym(["stop", "--state", run.stateFile]);
+    await gym(["stop", "--state", run.stateFile], { compiled: true });
     expect(readFileSync(path.join(run.dir, "logs", "counter.log"), "utf8")).not.toContain(SECRET);
   });
 });
