@@ -2,7 +2,6 @@ import { readFileSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
-import { HeaviestFirstSequencer } from "./test/support/heaviest-first-sequencer.js";
 
 /** The unit and integration suites: they run in shared worker processes (see `projects`). */
 const SHARED = ["test/unit", "test/integration"];
@@ -57,8 +56,6 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 30_000,
-    // The longest files start first, so the run does not end on one worker (see the sequencer).
-    sequence: { sequencer: HeaviestFirstSequencer },
     projects: [
       {
         extends: true,
