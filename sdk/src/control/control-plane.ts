@@ -48,6 +48,7 @@ import { CommitWrites, type CommitWrite } from "./commit-write.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import type { Participant } from "./participant.js";
 import { refuseRetiredReplacements, typedRestoreFailure } from "./restore-refusals.js";
+import { RestoreInstall } from "./restore-install.js";
 import { ResumedIds } from "./resumed-ids.js";
 import type { SpanningParticipant } from "./spanning-participant.js";
 import { stopEachRollout } from "./rollout-stops.js";
@@ -115,9 +116,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   readonly #resumedIds = new ResumedIds();
   readonly #replies = new CompletedReplies();
   readonly #writes: CommitWrites<R>;
-  #install: Promise<void> | null = null;
-  #restoreGeneration = 0;
-  #pendingReopen = false;
+  readonly #installs: RestoreInstall;
 
   constructor(participant: Participant<R>, options: ControlPlaneOptions) {
     this.participant = participant;
@@ -133,6 +132,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       instance: this.instance,
       spanning: this.#spanning,
       log: this.#log,
+    });
+    this.#installs = new RestoreInstall({
+      lock: this.#lock,
+      log: this.#log,
+      openAdmission: () => participant.openAdmission(),
+      idle: () => this.#phase === "idle" && this.#checkpointId === null,
     });
     this.#lease = new CheckpointLease({
       graceSeconds: this.leaseGraceSeconds,
@@ -151,7 +156,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
 
   /** Whether a restore's install is still running (it may outlive the restore's deadline). */
   get installing(): boolean {
-    return this.#install !== null;
+    return this.#installs.running;
   }
 
   /** What the live gauges of `server` read from this control plane and its participant. */
@@ -161,7 +166,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       server,
       kind: participant.kind,
       phase: () => this.#phase,
-      admissionOpen: () => this.#phase === "idle" && this.#install === null,
+      admissionOpen: () => this.#phase === "idle" && !this.#installs.running,
       blockers: () => participant.readiness().blocker_count,
       counts: () => participant.readiness().counts,
     };
@@ -414,18 +419,12 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       const { manifest, records } = read.value;
       const readAt = performance.now();
 
-      if (this.#install !== null) {
-        // Its outcome is not ours: a failed earlier install must not fail this restore.
-        const previous = await awaitUntil(
-          this.#install.catch(() => undefined),
-          deadline,
-        );
-        if (!previous.done) throw CheckpointError.deadline("a previous install");
-      }
+      // Its outcome is not ours: a failed earlier install must not fail this restore.
+      if (this.#installs.running) await this.#installs.settledBy(deadline);
 
       // This restore takes over only from here: one that failed before closing admission
       // must not cancel the deferred reopen of an earlier failed restore.
-      const generation = ++this.#restoreGeneration;
+      const generation = this.#installs.nextGeneration();
       try {
         await this.participant.closeAdmission(request);
         await this.participant.restoreManifest(manifest);
@@ -435,15 +434,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
           installStored === null
             ? this.participant.install(records as R[], request.episode_ids, signal)
             : installStored(records as StoredRecord[], request.episode_ids, signal);
-        const tracked: Promise<void> = task.finally(() => {
-          if (this.#install === tracked) this.#install = null;
-        });
-        swallow(tracked);
-        this.#install = tracked;
+        const tracked = this.#installs.track(task);
         const installed = await awaitUntil(tracked, deadline);
         if (!installed.done) throw CheckpointError.deadline("the install");
       } catch (error) {
-        await this.#reopenAfterFailedRestore(generation);
+        await this.#installs.reopenAfterFailure(generation);
         throw typedRestoreFailure(error, "installing the records");
       }
 
@@ -484,17 +479,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     return await this.#lock.runExclusive(async () => {
       if (this.#resumedIds.has(id)) return { phase: "idle", idempotent: true };
       if (this.#phase === "idle" && this.#checkpointId === null) {
-        if (this.#pendingReopen) {
+        if (this.#installs.reopenPending) {
           // A failed restore's install may still run: admission reopens only after it ends.
-          if (this.#install !== null) {
-            const installed = await awaitUntil(
-              this.#install.catch(() => undefined),
-              request.deadline_ts,
-            );
-            if (!installed.done) throw CheckpointError.deadline("a previous install");
-          }
+          if (this.#installs.running) await this.#installs.settledBy(request.deadline_ts);
           await this.participant.openAdmission();
-          this.#pendingReopen = false;
+          this.#installs.admissionReopened();
           this.#resumedIds.remember(id);
           return { phase: "idle", idempotent: false };
         }
@@ -526,7 +515,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       );
       try {
         const work = (async () => {
-          if (this.#install !== null) await this.#install.catch(() => undefined);
+          if (this.#installs.running) await this.#installs.settled();
           await stopEachRollout(
             request.episode_ids,
             async (episode) => await this.participant.retire(episode, signal),
@@ -630,7 +619,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   async #abandonPrepare(): Promise<void> {
     try {
       await this.participant.openAdmission();
-      this.#pendingReopen = false;
+      this.#installs.admissionReopened();
     } catch (error) {
       this.#log.error({ err: error }, "reopening admission after a failed prepare failed");
     }
@@ -644,7 +633,7 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     await this.#writes.stop(id, deadlineTs);
     await this.participant.openAdmission();
     // Admission is open again: a reopen left pending by an earlier failed restore is done.
-    this.#pendingReopen = false;
+    this.#installs.admissionReopened();
     this.#resumedIds.remember(id);
     this.#replies.delete(id);
     this.#phase = "idle";
@@ -652,42 +641,5 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     this.#lease.clear();
     this.participant.notify();
     this.#log.info({ checkpointId: id }, "checkpoint resumed");
-  }
-
-  /**
-   * After a failed restore: reopen now (before the restore replies, so a failure is pending
-   * for the next resume), or once a still-running install ends.
-   */
-  async #reopenAfterFailedRestore(generation: number): Promise<void> {
-    const reopen = async (): Promise<void> => {
-      try {
-        await this.participant.openAdmission();
-        this.#pendingReopen = false;
-      } catch (error) {
-        this.#pendingReopen = true;
-        this.#log.error({ err: error }, "reopening admission after a failed restore failed");
-      }
-    };
-    const installing = this.#install;
-    if (installing === null) {
-      await reopen();
-      return;
-    }
-    this.#pendingReopen = true;
-    swallow(
-      installing
-        .catch(() => undefined)
-        .then(() =>
-          this.#lock.runExclusive(async () => {
-            // A resume may have reopened meanwhile (it waits for the install too).
-            const stillOurs =
-              this.#pendingReopen &&
-              this.#restoreGeneration === generation &&
-              this.#phase === "idle" &&
-              this.#checkpointId === null;
-            if (stillOurs) await reopen();
-          }),
-        ),
-    );
   }
 }
