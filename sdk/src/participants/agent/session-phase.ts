@@ -74,7 +74,7 @@ export class SessionPhase {
   wake: Deferred<void> | null = null;
   restoredPending = false;
   retired = false;
-  /** Mirror of membership in the participant's blocking set. */
+  /** Mirror of membership in the blocking set of the tracked sessions (tracked-sessions.ts). */
   blocking = false;
   readonly captureKey: string;
 
