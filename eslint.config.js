@@ -26,6 +26,7 @@ const LAYERS = [
   "server",
   "workers",
   "testing",
+  "conformance",
   "cli",
 ];
 

@@ -5,7 +5,7 @@
  *
  * @see docs/deployment.md
  */
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, Option } from "commander";
 import { duration, positiveDuration, runner, type Handlers } from "./actions.js";
 import { registerCkpt } from "./ckpt/index.js";
 import {
@@ -244,6 +244,50 @@ function buildProgram(handlers: Handlers): Command {
         handlers.json(flags.json === true);
         const { collectCommand } = await import("./collect.js");
         return await collectCommand(tasks, flags, io);
+      }),
+    );
+
+  program
+    .command("conformance")
+    .description(
+      "check a running participant server (any language) against the contract's requirements: a table of each with where the docs state it; exit 0 only when every required check passes",
+    )
+    .argument("[url]", "the server's base URL, e.g. http://127.0.0.1:8001")
+    .addOption(
+      new Option(
+        "--kind <kind>",
+        "the kind the server must be (default: read from its status)",
+      ).choices(["resources", "agent", "environment", "model"]),
+    )
+    .option("--token <token>", "the server's control token (default: $GYM_CONTROL_TOKEN)")
+    .option("--only <ids>", "run only these requirements or groups (ID[,ID]; core.auth, resources)")
+    .option("--skip <ids>", "leave out these requirements or groups")
+    .option(
+      "--expected-failures <file>",
+      "known gaps, one ID a line: they do not fail the run, and fail it once they pass",
+    )
+    .option("--json", "print the report as JSON")
+    .option("--junit <file>", "also write the report as JUnit XML")
+    .option(
+      "--seed <n>",
+      "seed of the hostile-input slice (default: random, printed with a replay command)",
+    )
+    .option(
+      "--checkpoint-root <dir>",
+      "where the kit makes checkpoint directories; the server must see the same path (default: the temp dir)",
+    )
+    .option("--seed-body <json>", "body of the kit's /seed_session calls (resources)", "{}")
+    .option(
+      "--tool <path>",
+      "a tool route the resources checks call (default: from GET /openapi.json)",
+    )
+    .option("--tool-body <json>", "its body")
+    .option("--list", "list every requirement and exit")
+    .action(
+      run(async (url: string | undefined, flags: import("./conformance.js").ConformanceFlags) => {
+        handlers.json(flags.json === true);
+        const { conformanceCommand } = await import("./conformance.js");
+        return await conformanceCommand(url, flags, io);
       }),
     );
 
