@@ -77,9 +77,14 @@ export {
 } from "./steps/episode-errors.js";
 
 // ---- Resources servers --------------------------------------------------------------------
-export { ResourcesServer, resourcesSession } from "./server/resources-server.js";
+export {
+  ResourcesConfigSchema,
+  ResourcesServer,
+  resourcesSession,
+} from "./server/resources-server.js";
 export type {
   CloseSessionInput,
+  ResourcesConfig,
   ExportSessionStatesInput,
   RestoreSessionStatesInput,
   RetireSessionStateInput,

@@ -40,6 +40,9 @@ export {
 } from "./server/resources/aggregate-metrics.js";
 export type { AggregateMetricsRequest } from "./server/resources/aggregate-metrics.js";
 
+// MCP access: the header a harness sends its session token in (docs/mcp.md)
+export { MCP_SESSION_TOKEN_HEADER } from "./server/resources/mcp-session-token.js";
+
 // Checkpoint headers on data replies
 export {
   CLOSE_FOLLOWS_HEADER,
