@@ -16,9 +16,8 @@ import {
 import { participantDir, type ParticipantLocation } from "../store/paths.js";
 import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
-import { recordOperation, recordVolume, type ParticipantGauges } from "../telemetry/metrics.js";
-import { ATTR } from "../telemetry/names.js";
-import { inSpan, timedSpan } from "../telemetry/spans.js";
+import type { ParticipantGauges } from "../telemetry/metrics.js";
+import { inSpan } from "../telemetry/spans.js";
 import { Mutex } from "../util/mutex.js";
 import {
   CheckpointRequestSchema,
@@ -46,6 +45,7 @@ import type { CommitReply, RecordBase, RestoreReply } from "../wire/storage.js";
 import { CheckpointLease } from "./checkpoint-lease.js";
 import { CommitWrites, type CommitWrite } from "./commit-write.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
+import { inOperationSpan, recordCommit, recordRestore } from "./operation-telemetry.js";
 import type { Participant } from "./participant.js";
 import { refuseRetiredReplacements, typedRestoreFailure } from "./restore-refusals.js";
 import { RestoreInstall } from "./restore-install.js";
@@ -189,35 +189,13 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
   async dispatch(operation: Operation, body: unknown): Promise<unknown> {
     if (operation === "status" || operation === "renew") return await this.#run(operation, body);
     // Every other operation gets a span and a duration, whatever its outcome.
-    const fields = (typeof body === "object" && body !== null ? body : {}) as Record<
-      string,
-      unknown
-    >;
-    const attributes: Record<string, string | number> = {
-      [ATTR.kind]: this.participant.kind,
-      [ATTR.instance]: this.instance,
-    };
-    if (typeof fields.checkpoint_id === "string")
-      attributes[ATTR.checkpointId] = fields.checkpoint_id;
-    if (Array.isArray(fields.episode_ids)) attributes[ATTR.episodes] = fields.episode_ids.length;
-    if (Array.isArray(fields.rollout_ids)) attributes[ATTR.rollouts] = fields.rollout_ids.length;
-    const started = performance.now();
-    let outcome: "ok" | "error" = "error";
-    try {
-      return await inSpan(`gym.checkpoint.${operation}`, attributes, async (span) => {
-        const reply = await this.#run(operation, body);
-        span.setAttribute(ATTR.phase, this.#phase);
-        outcome = "ok";
-        return reply;
-      });
-    } finally {
-      recordOperation(
-        operation,
-        this.participant.kind,
-        outcome,
-        (performance.now() - started) / 1000,
-      );
-    }
+    return await inOperationSpan(
+      operation,
+      body,
+      { kind: this.participant.kind, instance: this.instance },
+      async () => await this.#run(operation, body),
+      () => this.#phase,
+    );
   }
 
   async #run(operation: Operation, body: unknown): Promise<unknown> {
@@ -358,10 +336,13 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#phase = "committed";
       this.#replies.set(id, "commit", args, reply);
       const bytes = write.writer.bytesWritten;
-      const parts = { [ATTR.records]: records.length, [ATTR.bytes]: bytes };
-      timedSpan("gym.checkpoint.export", startedAt, exportedAt, { [ATTR.records]: records.length });
-      timedSpan("gym.checkpoint.write", exportedAt, writtenAt, parts);
-      recordVolume("commit", this.participant.kind, records.length, bytes);
+      recordCommit(this.participant.kind, {
+        records: records.length,
+        bytes,
+        startedAt,
+        exportedAt,
+        writtenAt,
+      });
       this.#log.info(
         {
           checkpointId: id,
@@ -453,12 +434,13 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       this.#replies.set(id, "restore", args, reply);
       const installedAt = performance.now();
       const bytes = await recordsFileBytes(location, manifest.records_file);
-      timedSpan("gym.checkpoint.read", startedAt, readAt, {
-        [ATTR.records]: records.length,
-        [ATTR.bytes]: bytes,
+      recordRestore(this.participant.kind, {
+        records: records.length,
+        bytes,
+        startedAt,
+        readAt,
+        installedAt,
       });
-      timedSpan("gym.checkpoint.install", readAt, installedAt, { [ATTR.records]: records.length });
-      recordVolume("restore", this.participant.kind, records.length, bytes);
       this.#log.info(
         {
           checkpointId: id,
