@@ -1,5 +1,3 @@
-import { stat } from "node:fs/promises";
-import path from "node:path";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { pino, type Logger } from "pino";
 import type { z } from "zod";
@@ -7,13 +5,7 @@ import { CheckpointError } from "../errors.js";
 import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
 import { nextAttempt, sortedCaptureKeys } from "../identity/episode-id.js";
 import { captureKeySet } from "../identity/scope-keys.js";
-import {
-  readCheckpoint,
-  readStoredCheckpoint,
-  type ReadResult,
-  type StoredRecord,
-} from "../store/records-reader.js";
-import { participantDir, type ParticipantLocation } from "../store/paths.js";
+import type { StoredRecord } from "../store/records-reader.js";
 import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
 import type { ParticipantGauges } from "../telemetry/metrics.js";
@@ -49,6 +41,7 @@ import { inOperationSpan, recordCommit, recordRestore } from "./operation-teleme
 import type { Participant } from "./participant.js";
 import { refuseRetiredReplacements, typedRestoreFailure } from "./restore-refusals.js";
 import { RestoreInstall } from "./restore-install.js";
+import { readForRestore, recordsFileBytes } from "./restore-read.js";
 import { ResumedIds } from "./resumed-ids.js";
 import type { SpanningParticipant } from "./spanning-participant.js";
 import { stopEachRollout } from "./rollout-stops.js";
@@ -76,18 +69,6 @@ export interface ControlPlaneOptions {
 
 function swallow(promise: Promise<unknown>): void {
   promise.catch(() => undefined);
-}
-
-/** The size of a restored records file (0 when it cannot be read: only a figure). */
-async function recordsFileBytes(
-  location: ParticipantLocation,
-  recordsFile: string,
-): Promise<number> {
-  try {
-    return (await stat(path.join(participantDir(location), recordsFile))).size;
-  } catch {
-    return 0;
-  }
 }
 
 /**
@@ -387,17 +368,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       // A coordinator reads the lines as stored: its workers validate them.
       const spanning = this.#spanning;
       const installStored = spanning === null ? null : spanning.installStored.bind(spanning);
-      const reading: Promise<ReadResult<R | StoredRecord>> =
-        installStored === null
-          ? readCheckpoint({
-              ...location,
-              recordSchema: this.participant.recordSchema as z.ZodType<R>,
-            })
-          : readStoredCheckpoint(location);
-      swallow(reading);
-      const read = await awaitUntil(reading, deadline);
-      if (!read.done) throw CheckpointError.deadline("reading the checkpoint");
-      const { manifest, records } = read.value;
+      const { manifest, records } = await readForRestore(
+        location,
+        installStored === null ? (this.participant.recordSchema as z.ZodType<R>) : null,
+        deadline,
+      );
       const readAt = performance.now();
 
       // Its outcome is not ours: a failed earlier install must not fail this restore.
