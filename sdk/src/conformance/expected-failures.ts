@@ -3,7 +3,7 @@
  * why, `#` starting a comment. A listed requirement that fails does not fail the run; one that
  * passes does (the entry is stale: remove it), so the list shrinks as the server improves.
  */
-import type { RequirementResult } from "./runner.js";
+import type { RequirementResult } from "./requirement.js";
 
 /** The listed IDs, each with the reason given for it (empty when none). */
 export type ExpectedFailures = ReadonlyMap<string, string>;

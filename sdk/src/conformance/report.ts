@@ -2,7 +2,8 @@
  * The run's report in three forms: a table for people (requirement, result, one-line reason,
  * where the docs state it), JSON, and JUnit XML for CI.
  */
-import type { ConformanceReport, ResultKind } from "./runner.js";
+import type { ResultKind } from "./requirement.js";
+import type { ConformanceReport } from "./runner.js";
 
 const SHOWN: Record<ResultKind, string> = {
   pass: "pass",

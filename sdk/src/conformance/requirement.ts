@@ -94,3 +94,18 @@ export function groupOf(id: string): string {
 export function everyServer(): string | null {
   return null;
 }
+
+/** How one requirement came out. `expected-fail` and `stale` come from the expected failures. */
+export type ResultKind = "pass" | "fail" | "skip" | "expected-fail" | "stale";
+
+/** One line of the report. */
+export interface RequirementResult {
+  readonly id: string;
+  readonly group: string;
+  readonly title: string;
+  readonly docs: string;
+  readonly result: ResultKind;
+  /** Why it failed or was skipped; null when it passed. */
+  readonly reason: string | null;
+  readonly ms: number;
+}

@@ -10,6 +10,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { ParticipantKind } from "../wire/control.js";
+export type { RequirementResult, ResultKind } from "./requirement.js";
 import { applyExpectedFailures, type ExpectedFailures } from "./expected-failures.js";
 import { describeProfile, profileOf, type ServerProfile } from "./profile.js";
 import { REQUIREMENTS, selectRequirements } from "./registry.js";
@@ -19,6 +20,7 @@ import {
   type CheckContext,
   type Outcome,
   type Requirement,
+  type RequirementResult,
   type ToolCall,
 } from "./requirement.js";
 import { describeReply, errorCodeOf, NoReply, Target } from "./target.js";
@@ -53,21 +55,6 @@ export interface ConformanceOptions {
   readonly requirements?: readonly Requirement[];
   /** Called as each result is known (progress). */
   readonly onResult?: (result: RequirementResult) => void;
-}
-
-/** How one requirement came out. `expected-fail` and `stale` come from the expected failures. */
-export type ResultKind = "pass" | "fail" | "skip" | "expected-fail" | "stale";
-
-/** One line of the report. */
-export interface RequirementResult {
-  readonly id: string;
-  readonly group: string;
-  readonly title: string;
-  readonly docs: string;
-  readonly result: ResultKind;
-  /** Why it failed or was skipped; null when it passed. */
-  readonly reason: string | null;
-  readonly ms: number;
 }
 
 /** A whole run. */
