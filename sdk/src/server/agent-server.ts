@@ -24,11 +24,13 @@ import {
   AgentSessionEntry,
   AgentSessionTable,
   invocationId,
+  type StoredActivationReply,
+} from "../participants/agent/agent-session-table.js";
+import {
   restoredSeedRequest,
   sessionHooks,
   type RebuiltAgentSession,
-  type StoredActivationReply,
-} from "../participants/agent/agent-session-table.js";
+} from "../participants/agent/session-checkpoint.js";
 import { RestartOnlyAgentParticipant } from "../participants/agent/restart-only-participant.js";
 import { untilSettledOrAborted } from "../util/abortable.js";
 import type { BySession } from "../util/by-session.js";

@@ -6,6 +6,7 @@ import {
   AgentSessionEntry,
   AgentSessionTable,
 } from "#sdk/participants/agent/agent-session-table.js";
+import { exportedSession } from "#sdk/participants/agent/session-checkpoint.js";
 import { encodeRecordLine } from "#sdk/store/records-writer.js";
 import type { AgentSeedRequest } from "#sdk/wire/agent.js";
 import { objectsWalked } from "../../support/objects-walked.js";
@@ -44,7 +45,7 @@ describe("AgentSessionTable: what a commit exports with a session", () => {
     expect(Object.isFrozen(stored.response)).toBe(true);
     expect(stored.response).toEqual(response);
     output.push({ type: "late", content: "after the reply" });
-    const session = table.exported("s", { own: 1 }) as Record<string, unknown>;
+    const session = exportedSession(table, "s", { own: 1 }) as Record<string, unknown>;
     expect(
       (session.completed_reply as { response: { output: unknown[] } }).response.output,
     ).toHaveLength(30);
@@ -62,7 +63,7 @@ describe("AgentSessionTable: what a commit exports with a session", () => {
     const record = {
       episode_id: EPISODE,
       session_key: "s",
-      session: table.exported("s", {}),
+      session: exportedSession(table, "s", {}),
     };
     let refused: unknown;
     try {
@@ -103,7 +104,7 @@ describe("AgentSessionTable: what a commit exports with a session", () => {
     expect(Object.isFrozen(kept?.task_id)).toBe(true);
     (request as { agent_session_id: string }).agent_session_id = "changed by its holder";
     expect(kept?.agent_session_id).toBe("s");
-    const session = table.exported("s", { request: kept }) as Record<string, unknown>;
+    const session = exportedSession(table, "s", { request: kept }) as Record<string, unknown>;
     expect(objectsWalked(() => encodeJson(session))).toBe(
       objectsWalked(() => encodeJson({ ...session, request: null })),
     );

@@ -142,4 +142,4 @@ export type {
   RestoreAgentSessionsInput,
   RetireAgentSessionInput,
 } from "../../participants/agent/agent-records.js";
-export type { RebuiltAgentSession } from "../../participants/agent/agent-session-table.js";
+export type { RebuiltAgentSession } from "../../participants/agent/session-checkpoint.js";
