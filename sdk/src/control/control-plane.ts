@@ -6,7 +6,7 @@ import { parseBody, parseEpisodeListBody } from "../wire/parse.js";
 import { nextAttempt, sortedCaptureKeys } from "../identity/episode-id.js";
 import { captureKeySet } from "../identity/scope-keys.js";
 import type { StoredRecord } from "../store/records-reader.js";
-import { awaitUntil, deadlineSignal, isPast, msUntil, sleep } from "../util/deadline.js";
+import { awaitUntil, deadlineSignal, isPast } from "../util/deadline.js";
 import { failpoint } from "../util/failpoints.js";
 import type { ParticipantGauges } from "../telemetry/metrics.js";
 import { inSpan } from "../telemetry/spans.js";
@@ -39,6 +39,7 @@ import { CommitWrites, type CommitWrite } from "./commit-write.js";
 import { CompletedReplies, replyArgs } from "./completed-replies.js";
 import { inOperationSpan, recordCommit, recordRestore } from "./operation-telemetry.js";
 import type { Participant } from "./participant.js";
+import { waitForReadiness } from "./readiness-wait.js";
 import { refuseRetiredReplacements, typedRestoreFailure } from "./restore-refusals.js";
 import { RestoreInstall } from "./restore-install.js";
 import { readForRestore, recordsFileBytes } from "./restore-read.js";
@@ -48,8 +49,6 @@ import { stopEachRollout } from "./rollout-stops.js";
 
 /** Rollouts dropped between two turns of the event loop by a large forget. */
 export const FORGET_SLICE = 2048;
-/** A waiting prepare re-checks readiness at least this often (ms) even without a notification. */
-const READINESS_POLL_MS = 1000;
 
 /** Options of a {@link ControlPlane}, resolved once at construction. */
 export interface ControlPlaneOptions {
@@ -248,7 +247,11 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
     if (replay !== null) return replay;
     try {
       await inSpan("gym.checkpoint.wait_ready", {}, async () => {
-        await this.#waitReady(id, request.deadline_ts);
+        await waitForReadiness(this.participant, {
+          deadlineTs: request.deadline_ts,
+          stillPreparing: () => this.#checkpointId === id && this.#phase === "preparing",
+          checkMembership: () => this.#spanning?.checkMembership("prepare"),
+        });
       });
     } catch (error) {
       await this.#lock.runExclusive(async () => {
@@ -553,23 +556,6 @@ export class ControlPlane<R extends RecordBase = RecordBase> {
       );
     }
     if (this.#phase === "restored") this.#lease.renew(request.deadline_ts);
-  }
-
-  async #waitReady(id: string, deadlineTs: number): Promise<void> {
-    for (;;) {
-      if (this.#checkpointId !== id || this.#phase !== "preparing") return;
-      const change = this.participant.nextChange();
-      this.#spanning?.checkMembership("prepare");
-      if (this.participant.ready()) return;
-      const remaining = msUntil(deadlineTs);
-      if (remaining <= 0) return;
-      const poll = new AbortController();
-      await Promise.race([
-        change,
-        sleep(Math.min(remaining, READINESS_POLL_MS), poll.signal).catch(() => undefined),
-      ]);
-      poll.abort();
-    }
   }
 
   /** A prepare that could not close admission (or whose wait threw) leaves no trace. */
