@@ -71,9 +71,10 @@ function swallow(promise: Promise<unknown>): void {
 }
 
 /**
- * The checkpoint control plane of one participant (see docs/control-plane.md): the phase machine,
- * fencing, replay of completed operations, the lease, and the commit/restore storage flow. Free of
- * HTTP: the express router hands it `(operation, body)` through {@link dispatch}.
+ * The checkpoint control plane of one participant (see docs/control-plane.md): the phase machine
+ * and fencing, driving the lease, the stored replies, the commit's write and the restore's read
+ * and install (each in a module of its own beside this one). Free of HTTP: the express router
+ * hands it `(operation, body)` through {@link dispatch}.
  *
  * ## Ordering
  * Transitions are serialized by one FIFO mutex, never held across the readiness wait of a
