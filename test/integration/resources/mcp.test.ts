@@ -496,4 +496,35 @@ describe("MCP calls are checkpointed like any request", () => {
       .expect(200);
     expect(status.body.report.counts.sessions).toBe(1);
   });
+
+  it("the replaced attempt's token continues the restored session under the replacement's prefix, and no other", async () => {
+    const first = await serve();
+    const old = await seed(first.url, "r", "s", { start: 3 });
+    await control(first.url, "prepare", { checkpoint_id: "c1" }).expect(200);
+    const { dir } = await commit(first.url, "c1");
+    const fresh = await serve();
+    await control(fresh.url, "restore", {
+      checkpoint_id: "c2",
+      checkpoint_dir: dir,
+      episode_ids: [{ rollout_id: "r", attempt: 0 }],
+    }).expect(200);
+    await control(fresh.url, "resume", { checkpoint_id: "c2" }).expect(200);
+    // Another rollout's prefix, or an attempt before the token's, is no continuation of it.
+    const replacement = await seed(fresh.url, "q-a2", "other");
+    for (const [token, prefix] of [
+      [old, "/ng-rollout/q"],
+      [replacement, "/ng-rollout/q-a1"],
+    ] as const) {
+      const refused = await rpc(`${fresh.url}${prefix}`, token, "tools/call", {
+        name: "add",
+        arguments: { amount: 1 },
+      });
+      expect(refused.status).toBe(409);
+      expect(refused.body.error?.code).toBe("stale_attempt");
+    }
+    const client = await connect(`${fresh.url}/ng-rollout/r-a1`, old);
+    const added = await client.callTool({ name: "add", arguments: { amount: 1 } });
+    expect(added.structuredContent).toEqual({ count: 4 });
+    expect(fresh.server.states.get("s")).toEqual({ count: 4 });
+  });
 });

@@ -1,5 +1,7 @@
 import type { RequestHandler } from "express";
 import type { ResourcesParticipant } from "../../participants/resources/resources-participant.js";
+import { EpisodeError } from "../../errors.js";
+import { captureKey, type EpisodeId } from "../../identity/episode-id.js";
 import { handlerSettled } from "../handler-lifecycle.js";
 import { rolloutOf } from "../rollout-prefix.js";
 import { isMcpPath, type McpSessionTokens } from "./mcp-session-token.js";
@@ -43,10 +45,23 @@ export function resourcesCheckpointMiddleware(
       return;
     }
     // The session layer already took an MCP call's session from its token; the token also
-    // names the attempt, since a harness's calls carry no rollout prefix.
+    // names the attempt, since a harness's calls carry no rollout prefix. A call under a
+    // prefix names its attempt there: the token's, or one that replaced it after a restore
+    // (as a cookie's session is used under the replacement's prefix).
     const session = sessionOf(req);
     const path = req.path;
     const token = mcpTokens !== null && isMcpPath(path) ? mcpTokens.claimsOf(req) : null;
+    const prefixed = rolloutOf(req)?.episodeId ?? null;
+    if (token?.episode != null && prefixed !== null && !continues(token.episode, prefixed)) {
+      next(
+        new EpisodeError(
+          "stale_attempt",
+          `the MCP session token of attempt '${captureKey(token.episode)}' is used under '${captureKey(prefixed)}': its prefix must name that attempt or one that replaced it`,
+          captureKey(prefixed),
+        ),
+      );
+      return;
+    }
     const abort = new AbortController();
     const onClose = (): void => abort.abort(new Error("the client closed the connection"));
     res.once("close", onClose);
@@ -54,7 +69,7 @@ export function resourcesCheckpointMiddleware(
       .admit({
         sessionId: session.id,
         path,
-        episode: token?.episode ?? rolloutOf(req)?.episodeId ?? null,
+        episode: prefixed ?? token?.episode ?? null,
         signal: abort.signal,
       })
       .then(
@@ -89,4 +104,9 @@ export function resourcesCheckpointMiddleware(
         },
       );
   };
+}
+
+/** Whether `later` is `attempt` or an attempt of its rollout that replaced it. */
+function continues(attempt: EpisodeId, later: EpisodeId): boolean {
+  return later.rollout_id === attempt.rollout_id && later.attempt >= attempt.attempt;
 }

@@ -286,8 +286,10 @@ async function callTool(
   try {
     const schema = tool.route.request ?? null;
     const body = schema === null ? undefined : parseBody(schema, args, `${tool.name} tool`);
+    // The prefix's attempt when the call has one (the checkpoint middleware checked it
+    // continues the token's), else the token's.
     const rollout: RolloutContext | null =
-      claims.episode === null
+      input.rollout !== null || claims.episode === null
         ? input.rollout
         : {
             captureKey: captureKey(claims.episode),
