@@ -10,6 +10,7 @@ import {
   ToolAccessSchema,
   type CookieJar,
   type DirectHttpToolAccess,
+  type McpToolAccess,
   type ToolAccess,
 } from "gym-participant-sdk/protocol";
 import type { ObservationBundle } from "./trajectory.js";
@@ -42,16 +43,25 @@ export type SimpleAgentConfig = z.infer<typeof SimpleAgentConfigSchema>;
 export interface SimpleSessionState {
   /** The session's single direct HTTP tool grant, or null. */
   readonly toolAccess: DirectHttpToolAccess | null;
+  /**
+   * The session's MCP grants (URL and headers only: each activation connects anew, so a
+   * restored session needs nothing else).
+   */
+  readonly mcpGrants: readonly McpToolAccess[];
   /** The resources cookie jar; null when the session has no direct grant. */
   readonly resourcesCookies: CookieJar | null;
   /** Observations of the session's activations, or null until one collected a trajectory. */
   readonly observations: ObservationBundle | null;
 }
 
+/** The MCP transports the Simple Agent speaks: Streamable HTTP, by either name. */
+const MCP_TRANSPORTS: ReadonlySet<string> = new Set(["streamable_http", "http"]);
+
 /**
  * Builds a session's state from its seed request, as a seed and a restore both do. Throws a
  * plain `Error` (a server error, not a 409) for what the Simple Agent cannot serve: sandbox
- * access, a required MCP grant, or more than one direct HTTP grant.
+ * access, an MCP grant over a transport other than Streamable HTTP, or more than one direct
+ * HTTP grant.
  */
 export function buildSessionState(
   request: AgentSeedRequest,
@@ -67,10 +77,11 @@ export function buildSessionState(
   for (const access of configured) byName.set(access.name, access);
   for (const access of request.tool_accesses) byName.set(access.name, access);
   const grants = [...byName.values()];
-  const mcp = grants.filter((access) => access.kind === "mcp" && access.required);
-  if (mcp.length > 0) {
+  const mcp = grants.filter((access): access is McpToolAccess => access.kind === "mcp");
+  const unspoken = mcp.filter((access) => !MCP_TRANSPORTS.has(access.connection.transport));
+  if (unspoken.length > 0) {
     throw new Error(
-      `agent session ${request.agent_session_id}: the Simple Agent cannot use required MCP grants [${mcp.map((a) => a.name).join(", ")}]`,
+      `agent session ${request.agent_session_id}: the Simple Agent speaks MCP over Streamable HTTP only (transport streamable_http or http), not [${unspoken.map((a) => `${a.name}: ${a.connection.transport}`).join(", ")}]`,
     );
   }
   const direct = grants.filter(
@@ -84,6 +95,7 @@ export function buildSessionState(
   const grant = direct[0] ?? null;
   return {
     toolAccess: grant,
+    mcpGrants: mcp,
     resourcesCookies: grant === null ? null : { ...(grant.cookies ?? {}) },
     observations: null,
   };

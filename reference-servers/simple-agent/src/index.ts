@@ -45,6 +45,7 @@ import {
 } from "./config.js";
 import { runLegacy, type RunCallReply } from "./legacy-run.js";
 import { exportedSessionOf } from "./exported-session.js";
+import { McpToolbox } from "./mcp-tools.js";
 import { loadLoopState, withTrajectory, type Item } from "./trajectory.js";
 import { parseModelReply, runTurnLoop, type ModelReply, type ToolReply } from "./turn-loop.js";
 
@@ -170,19 +171,44 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
     const continuation =
       input.activation.continuation === null ? null : loadLoopState(input.activation.continuation);
     const modelPath = modelPathOf(input.rollout);
-    const result = await runTurnLoop({
-      body: input.body,
-      activation: input.activation,
-      continuation,
-      resourcesCookies: seeded === null ? input.cookies : (state?.resourcesCookies ?? {}),
-      executeTools: seeded === null || config.execute_tools,
-      maxSteps: config.max_steps,
-      collectTrajectory: config.collect_trajectory && input.rollout !== null,
-      invocationId: input.invocationId,
-      callModel: (body, cookies, signal) => this.#callModel(modelPath, body, cookies, signal),
-      callTool: (name, args, jar, signal) =>
-        this.#callTool(seeded, input.rollout, name, args, jar, signal),
-    });
+    // Connected on first use and closed with the activation: a session keeps only its grants.
+    const mcp =
+      state === null || state.mcpGrants.length === 0
+        ? null
+        : new McpToolbox({
+            grants: state.mcpGrants,
+            urlOf: (grant) => this.#mcpUrl(grant.connection.url, input.rollout),
+            optionalFailed: (grant, error) =>
+              this.logger.warn(
+                { err: error, grant: grant.name },
+                "optional MCP grant unreachable: its tools are not offered",
+              ),
+          });
+    let result: Awaited<ReturnType<typeof runTurnLoop>>;
+    try {
+      result = await runTurnLoop({
+        body: input.body,
+        activation: input.activation,
+        continuation,
+        resourcesCookies: seeded === null ? input.cookies : (state?.resourcesCookies ?? {}),
+        executeTools: seeded === null || config.execute_tools,
+        maxSteps: config.max_steps,
+        collectTrajectory: config.collect_trajectory && input.rollout !== null,
+        invocationId: input.invocationId,
+        callModel: async (body, cookies, signal) =>
+          await this.#callModel(
+            modelPath,
+            mcp === null ? body : await mcp.offer(body, signal),
+            cookies,
+            signal,
+          ),
+        callTool: async (name, args, jar, signal) =>
+          (await mcp?.call(name, args, signal)) ??
+          (await this.#callTool(seeded, input.rollout, name, args, jar, signal)),
+      });
+    } finally {
+      await mcp?.close();
+    }
     if (seeded !== null && state !== null) {
       this.setSessionState(seeded.key, {
         ...state,
@@ -276,6 +302,16 @@ export default class SimpleAgent extends AgentServer<SimpleSessionState, SimpleA
     return withCookies(
       await this.client.postText(resources, path, args, { headers: cookieHeaders(jar), signal }),
     );
+  }
+
+  /**
+   * Where an activation reaches an MCP grant: a server of the deployment under the
+   * activation's own `/ng-rollout/<key>` (replacing one the URL names), so a restored session's
+   * calls name the replacement attempt as its direct HTTP calls do; any other URL as granted.
+   */
+  #mcpUrl(granted: string, rollout: RolloutContext | null): URL {
+    const bases = Object.values(this.deployment.servers).map((entry) => entry.url);
+    return mcpGrantUrl(granted, rollout, bases);
   }
 
   /** POSTs JSON to a URL: through the deployment's client when a server lives there. */
@@ -382,6 +418,33 @@ export function grantUrl(baseUrl: string, rollout: RolloutContext | null, name: 
     path = `${path.replace(/\/ng-rollout\/[^/]+$/, "")}/ng-rollout/${rollout.captureKey}`;
   }
   url.pathname = `${path}/${name}`;
+  return url;
+}
+
+/**
+ * An MCP grant's URL for an activation: when it lies under one of `bases` (the deployment's
+ * servers), the activation's `/ng-rollout/<key>` goes right after that base, replacing a
+ * prefix the URL already has; otherwise (another host, or no rollout) the URL as granted.
+ *
+ * @example
+ * const rollout = { captureKey: "r-a1", episodeId: fromCaptureKey("r-a1"), tokenCapture: false };
+ * mcpGrantUrl("http://h:1/mcp", rollout, ["http://h:1"]).href; // "http://h:1/ng-rollout/r-a1/mcp"
+ */
+export function mcpGrantUrl(
+  granted: string,
+  rollout: RolloutContext | null,
+  bases: readonly string[],
+): URL {
+  const url = new URL(granted);
+  if (rollout === null) return url;
+  for (const base of bases) {
+    const at = new URL(base);
+    const root = at.pathname.replace(/\/+$/, "");
+    if (at.origin !== url.origin || !url.pathname.startsWith(`${root}/`)) continue;
+    const rest = url.pathname.slice(root.length).replace(/^\/ng-rollout\/[^/]+(?=\/)/, "");
+    url.pathname = `${root}/ng-rollout/${rollout.captureKey}${rest}`;
+    return url;
+  }
   return url;
 }
 

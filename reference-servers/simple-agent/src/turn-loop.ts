@@ -31,6 +31,11 @@ export interface ToolReply {
   readonly body: string;
   /** The cookies the reply set. */
   readonly cookies: CookieJar;
+  /**
+   * A failure the reply reports other than by its status (an MCP tool error answers 200), for
+   * the trajectory's tool record. @default from the status
+   */
+  readonly errorType?: string | null;
 }
 
 /** What {@link runTurnLoop} needs. */
@@ -206,7 +211,8 @@ async function runTool(
     );
     output = reply.body;
     s.resourcesCookies = { ...s.resourcesCookies, ...reply.cookies };
-    if (reply.status < 200 || reply.status >= 300) errorType = `http_${reply.status}`;
+    if (reply.errorType !== undefined && reply.errorType !== null) errorType = reply.errorType;
+    else if (reply.status < 200 || reply.status >= 300) errorType = `http_${reply.status}`;
   }
   if (collect) {
     s.toolRecords.push(

@@ -340,18 +340,18 @@ describe("seed validation", () => {
       });
   }
 
-  const mcp = (name: string, required: boolean) => ({
+  const mcp = (name: string, required: boolean, transport = "http") => ({
     kind: "mcp",
     name,
     required,
-    connection: { transport: "http", url: "http://127.0.0.1:1/mcp" },
+    connection: { transport, url: "http://127.0.0.1:1/mcp" },
   });
 
-  it("refuses sandbox access, a required MCP grant, and two direct grants with 422 invalid_request", async () => {
+  it("refuses sandbox access, an MCP grant it cannot speak, and two direct grants with 422 invalid_request", async () => {
     const url = await agentWith({ tool_accesses: [grant("configured", "http://127.0.0.1:1")] });
     for (const body of [
       { sandbox_access: { image: "x" } },
-      { tool_accesses: [mcp("m", true)] },
+      { tool_accesses: [mcp("m", true, "stdio")] },
       { tool_accesses: [grant("other", "http://127.0.0.1:2")] },
     ]) {
       const res = await seedReq(url, body).expect(422);
@@ -359,7 +359,7 @@ describe("seed validation", () => {
     }
   });
 
-  it("a seed's grant replaces the configured one of its name; an optional MCP grant is ignored", async () => {
+  it("a seed's grant replaces the configured one of its name; an optional MCP grant it cannot reach is left out", async () => {
     const stack = new Stack({ checkpoint: false });
     const model = await stack.model();
     const tools = await fakeResources(stack);
