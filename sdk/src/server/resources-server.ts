@@ -414,6 +414,8 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
       sessionId: input.session.id,
       episode: this.checkpointEnabled ? (input.rollout?.episodeId ?? null) : null,
       tools: this.mcpAllowedTools(input),
+      // The worker that seeded it holds it, as the session cookie says.
+      owner: this.workerRoutingId,
     });
     return withMcpAccess(reply, mcpAccess(this.name, token));
   }
@@ -432,14 +434,19 @@ export abstract class ResourcesServer<Config = unknown> extends Server<Config> {
     });
   }
 
-  /** The owner the session cookie names, else the `x-ng-session-owner` header's. */
+  /**
+   * The owner an MCP call's session token names (the token names the call's session), else the
+   * session cookie's, else the `x-ng-session-owner` header's.
+   */
   protected override sessionOwnerOf(req: IncomingMessage): string | null {
     return (
+      this.#mcp?.ownerOf(req) ??
       sessionOwnerFromCookies(
         req.headers.cookie,
         this.#cookieName,
         this.sessionCookieKey(this.#cookieName),
-      ) ?? super.sessionOwnerOf(req)
+      ) ??
+      super.sessionOwnerOf(req)
     );
   }
 

@@ -20,6 +20,16 @@ describe("MCP session tokens", () => {
     expect(tokens.decode(tokens.mint(open))).toEqual(open);
   });
 
+  it("name the owner worker only when given one, as session cookies do", () => {
+    const owned = { sessionId: "s1", episode: null, tools: null, owner: "w-1" };
+    expect(tokens.decode(tokens.mint(owned))).toEqual(owned);
+    const single = tokens.mint({ sessionId: "s1", episode: null, tools: null, owner: null });
+    expect(single).toBe(tokens.mint({ sessionId: "s1", episode: null, tools: null }));
+    expect(tokens.decode(single)).not.toHaveProperty("owner");
+    const empty = signedBytes(Buffer.from(JSON.stringify({ sid: "s1", owner: "" })));
+    expect(tokens.decode(empty)).toBeNull();
+  });
+
   it("read as none: missing, another key's, a changed payload, not UTF-8, not an object, no session", () => {
     const minted = tokens.mint({ sessionId: "s1", episode: null, tools: null });
     const [payload, signature] = minted.split(".") as [string, string];

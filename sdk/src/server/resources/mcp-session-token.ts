@@ -8,15 +8,19 @@
  * - `sid`: the session;
  * - `tools`: the tool names the session may call, or null for all;
  * - `episode` (checkpointing on only): the capture key of the attempt that seeded it, so a call
- *   from an attempt a restore replaced, or a retired one, is refused like any request of it.
+ *   from an attempt a restore replaced, or a retired one, is refused like any request of it;
+ * - `owner` (several workers only): the worker holding the session, as its cookie names it, so
+ *   a call that another worker accepts is passed on to that one.
  *
  * The key is as stable as the session secret: with checkpointing on it survives a restart, so a
  * restored process reads the tokens its predecessor minted.
  *
  * @see docs/mcp.md
  */
+import type { IncomingMessage } from "node:http";
 import type { Request } from "express";
 import { captureKey, fromCaptureKey, type EpisodeId } from "../../identity/episode-id.js";
+import { splitRolloutPath } from "../../identity/rollout-prefix.js";
 import { decodeSigned, encodeSigned } from "./session-cookie.js";
 
 /** The request header carrying an MCP session token (matched case-insensitively). */
@@ -36,6 +40,8 @@ export interface McpTokenClaims {
   readonly episode: EpisodeId | null;
   /** The tools the session may call; null: every tool. */
   readonly tools: readonly string[] | null;
+  /** The worker owning the session, when the server runs several. @default none (one process) */
+  readonly owner?: string | null;
 }
 
 /** Whether `path` (rollout prefix stripped) is the MCP endpoint or below it. */
@@ -64,6 +70,7 @@ export class McpSessionTokens {
         sid: claims.sessionId,
         tools: claims.tools === null ? null : [...claims.tools],
         ...(claims.episode === null ? {} : { episode: captureKey(claims.episode) }),
+        ...(claims.owner === undefined || claims.owner === null ? {} : { owner: claims.owner }),
       },
       this.#key,
     );
@@ -77,7 +84,7 @@ export class McpSessionTokens {
     if (value === undefined || !TOKEN_SHAPE.test(value)) return null;
     const data = decodeSigned(value, this.#key);
     if (typeof data !== "object" || data === null || Array.isArray(data)) return null;
-    const { sid, tools, episode } = data as Record<string, unknown>;
+    const { sid, tools, episode, owner } = data as Record<string, unknown>;
     if (typeof sid !== "string" || sid.length === 0) return null;
     let allowed: readonly string[] | null = null;
     if (Array.isArray(tools)) {
@@ -92,7 +99,28 @@ export class McpSessionTokens {
         return null;
       }
     } else if (episode !== undefined) return null;
-    return { sessionId: sid, episode: attempt, tools: allowed };
+    if (owner !== undefined && (typeof owner !== "string" || owner.length === 0)) return null;
+    return {
+      sessionId: sid,
+      episode: attempt,
+      tools: allowed,
+      ...(owner === undefined ? {} : { owner }),
+    };
+  }
+
+  /**
+   * The worker owning the session of a raw request's token, read before routing: `""` for a
+   * token of a one-process server (it names none, as its cookie does); null when the request is
+   * not to `/mcp` or carries no usable token.
+   */
+  ownerOf(req: IncomingMessage): string | null {
+    const queryAt = (req.url ?? "").indexOf("?");
+    let path = queryAt < 0 ? (req.url ?? "") : (req.url ?? "").slice(0, queryAt);
+    const split = splitRolloutPath(path);
+    if (split !== null && !("malformed" in split)) path = split.rest;
+    if (!isMcpPath(path)) return null;
+    const claims = this.claimsOf(req as Request);
+    return claims === null ? null : (claims.owner ?? "");
   }
 
   /** The claims of the token a request carries (read once per request), or null. */
