@@ -6,15 +6,17 @@
  * different worker count: every old token still reaches its session (through the alias table)
  * under the replacement's prefix, with the count from before the waiting calls.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { MCP_SESSION_TOKEN_HEADER } from "#sdk/server/resources/mcp-session-token.js";
-import { REPO, gym, killEverything } from "./helpers.js";
+import { killEverything } from "./helpers.js";
 import { CounterDeployment, postFresh, type Reply } from "./workers-harness.js";
 
 const SESSIONS = 6;
+/** The counter's config: its tools over MCP. */
+const MCP = { expose_tools_over_mcp: true };
 const dirs: string[] = [];
 
 afterAll(async () => {
@@ -23,34 +25,6 @@ afterAll(async () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
-
-/** The counter alone with its tools over MCP, checkpointing on, `workers` workers. */
-class McpCounterDeployment extends CounterDeployment {
-  override async serve(workers: number): Promise<void> {
-    const entrypoint = path.join(REPO, "reference-servers", "counter", "dist", "index.js");
-    writeFileSync(
-      this.file,
-      [
-        "checkpoint:",
-        "  enabled: true",
-        `  control_auth_token: ${this.token}`,
-        "servers:",
-        "  counter:",
-        "    kind: resources",
-        `    entrypoint: ${entrypoint}`,
-        `    num_workers: ${workers}`,
-        "    config:",
-        "      expose_tools_over_mcp: true",
-        "",
-      ].join("\n"),
-    );
-    const served = await gym(
-      ["serve", this.file, "--detach", "--state", this.stateFile, "--health-timeout", "120s"],
-      { timeoutMs: 180_000, compiled: true },
-    );
-    if (served.code !== 0) throw new Error(`gym serve failed:\n${served.stderr}`);
-  }
-}
 
 /** One stateless 2025-era `tools/call` over a fresh connection, with only the token. */
 async function call(
@@ -95,8 +69,8 @@ describe("the counter over MCP with 2 workers, restored into 3", { timeout: 240_
   it("routes every call to its session's worker, before and after the restore", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "gym-mcp-workers-"));
     dirs.push(dir);
-    const run = new McpCounterDeployment(dir);
-    await run.serve(2);
+    const run = new CounterDeployment(dir);
+    await run.serve(2, MCP);
 
     const tokens: string[] = [];
     for (let i = 0; i < SESSIONS; i++) {
@@ -149,7 +123,7 @@ describe("the counter over MCP with 2 workers, restored into 3", { timeout: 240_
     await run.crash();
     // None of the waiting calls was answered: the crash cut them off.
     for (const w of waiting) await expect(w.reply).rejects.toThrow();
-    await run.serve(3);
+    await run.serve(3, MCP);
     const scope = tokens.map((_, i) => ({ rollout_id: `r${i}`, attempt: 0 }));
     const restored = await run.control("restore", {
       checkpoint_id: "c1",

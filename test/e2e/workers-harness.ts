@@ -103,10 +103,12 @@ export class CounterDeployment {
   /**
    * Starts the counter with `workers` workers and waits for its health: the built server and
    * CLI under plain Node (a process starts on about half the CPU of one under the TypeScript
-   * loader), given 120 s, as up to five processes start at once on a loaded machine.
+   * loader), given 120 s, as up to five processes start at once on a loaded machine. `config`
+   * is the counter's `config:` block (e.g. `expose_tools_over_mcp: true`).
    */
-  async serve(workers: number): Promise<void> {
+  async serve(workers: number, config: Readonly<Record<string, boolean>> = {}): Promise<void> {
     const entrypoint = path.join(REPO, "reference-servers", "counter", "dist", "index.js");
+    const settings = Object.entries(config).map(([key, value]) => `      ${key}: ${value}`);
     writeFileSync(
       this.file,
       [
@@ -118,6 +120,7 @@ export class CounterDeployment {
         "    kind: resources",
         `    entrypoint: ${entrypoint}`,
         `    num_workers: ${workers}`,
+        ...(settings.length > 0 ? ["    config:", ...settings] : []),
         "",
       ].join("\n"),
     );

@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { REPO } from "../../demo/gym-process.js";
-import type { Random } from "../support/seeded-random.js";
+import type { SeededRandom as Random } from "#sdk/util/seeded-random.js";
 
 /** One request to send. */
 export interface FuzzCase {

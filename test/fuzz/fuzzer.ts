@@ -53,7 +53,7 @@ import {
   scriptOf,
   type RunOutcome,
 } from "../e2e/crash-harness.js";
-import { Random } from "../support/seeded-random.js";
+import { SeededRandom as Random } from "#sdk/util/seeded-random.js";
 import { stateServers } from "../e2e/helpers.js";
 import { loadRoutes, makeCase, oddDirs, type FuzzCase, type Route } from "./cases.js";
 import { CORRUPTIONS, type Corruption } from "./corruptions.js";

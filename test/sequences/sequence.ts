@@ -4,7 +4,7 @@
  * operations and checks every scenario shares.
  */
 import { forget, retire } from "#sdk/client/coordination.js";
-import { Random } from "../support/seeded-random.js";
+import { SeededRandom as Random } from "#sdk/util/seeded-random.js";
 import {
   Rollout,
   counterTask,

@@ -5,6 +5,7 @@
  * answered within a bound, and never with a 5xx; a control route answers with the error
  * envelope. The same seed sends the same requests, so a failure replays.
  */
+import { SeededRandom } from "../util/seeded-random.js";
 import { CONTROL_ROUTES } from "../wire/control-routes.js";
 import { expectPhase, statusOf } from "./expect.js";
 import { PASS, everyServer, fail, type CheckContext, type Requirement } from "./requirement.js";
@@ -14,29 +15,6 @@ import { errorCodeOf, NoReply } from "./target.js";
 export const HOSTILE_REQUESTS = 48;
 /** Bound on each, in ms: no reply by then counts as a hang. */
 const HOSTILE_TIMEOUT_MS = 5_000;
-
-/** A small seeded PRNG (mulberry32): the same seed replays the same slice. */
-export class SeededRandom {
-  #state: number;
-  constructor(seed: number) {
-    this.#state = seed >>> 0;
-  }
-  /** A float in [0, 1). */
-  next(): number {
-    let t = (this.#state = (this.#state + 0x6d2b79f5) >>> 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  /** An integer in [min, max]. */
-  int(min: number, max: number): number {
-    return min + Math.floor(this.next() * (max - min + 1));
-  }
-  /** One of `items`. */
-  one<T>(items: readonly T[]): T {
-    return items[Math.floor(this.next() * items.length)] as T;
-  }
-}
 
 /** One hostile request. */
 export interface HostileRequest {

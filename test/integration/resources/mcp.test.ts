@@ -306,6 +306,47 @@ describe("tools over MCP", () => {
     expect((await client.callTool({ name: "read", arguments: {} })).isError ?? false).toBe(false);
   });
 
+  it("answers a body that is no JSON-RPC request with a 4xx or a JSON-RPC error, never a 5xx", async () => {
+    const { url } = await serve({ checkpoint: false });
+    const token = await seed(url, "r", "s");
+    const bodies = [
+      "[]",
+      '"x"',
+      "{}",
+      "null",
+      '{"jsonrpc":"2.0"}',
+      '{"jsonrpc":"2.0","id":1}',
+      '{"jsonrpc":"1.0","id":1,"method":"tools/list"}',
+      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"x"}',
+      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}',
+      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":[1]}}',
+      '{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}',
+      '[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]',
+      '{"jsonrpc":"2.0","id":1,"method":"no/such"}',
+      "{not json",
+    ];
+    for (const [i, body] of bodies.entries()) {
+      for (const version of ["2025-06-18", "2026-07-28"]) {
+        const res = await fetch(`${url}/mcp`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            accept: "application/json, text/event-stream",
+            "mcp-protocol-version": version,
+            [MCP_SESSION_TOKEN_HEADER]: token,
+          },
+          body,
+        });
+        await res.arrayBuffer();
+        expect(res.status, `body ${i} (${body}) at ${version}`).toBeLessThan(500);
+      }
+    }
+    // The endpoint is there and still answers after them.
+    const listed = await rpc(url, token, "tools/list", {});
+    expect(listed.status).toBe(200);
+    expect(listed.body.result?.tools?.length).toBeGreaterThan(0);
+  });
+
   it("answers GET /mcp with 405 and documents /mcp in the OpenAPI document", async () => {
     const { server, url } = await serve({ checkpoint: false });
     await request(url).get("/mcp").expect(405);
@@ -467,7 +508,11 @@ describe("MCP calls are checkpointed like any request", () => {
     expect(late.body.jsonrpc).toBeUndefined();
   });
 
-  it("after a restore the replaced attempt's token is refused, and a seed under the replacement continues the session", async () => {
+  /**
+   * Session `s` of rollout `r` (count 3) checkpointed and restored into a fresh server, which
+   * is resumed: the token `old` is the replaced attempt's.
+   */
+  async function restoredSession() {
     const first = await serve();
     const old = await seed(first.url, "r", "s", { start: 3 });
     await control(first.url, "prepare", { checkpoint_id: "c1" }).expect(200);
@@ -479,6 +524,11 @@ describe("MCP calls are checkpointed like any request", () => {
       episode_ids: [{ rollout_id: "r", attempt: 0 }],
     }).expect(200);
     await control(fresh.url, "resume", { checkpoint_id: "c2" }).expect(200);
+    return { old, fresh };
+  }
+
+  it("after a restore the replaced attempt's token is refused, and a seed under the replacement continues the session", async () => {
+    const { old, fresh } = await restoredSession();
     const refused = await rpc(fresh.url, old, "tools/call", {
       name: "add",
       arguments: { amount: 1 },
@@ -498,17 +548,7 @@ describe("MCP calls are checkpointed like any request", () => {
   });
 
   it("the replaced attempt's token continues the restored session under the replacement's prefix, and no other", async () => {
-    const first = await serve();
-    const old = await seed(first.url, "r", "s", { start: 3 });
-    await control(first.url, "prepare", { checkpoint_id: "c1" }).expect(200);
-    const { dir } = await commit(first.url, "c1");
-    const fresh = await serve();
-    await control(fresh.url, "restore", {
-      checkpoint_id: "c2",
-      checkpoint_dir: dir,
-      episode_ids: [{ rollout_id: "r", attempt: 0 }],
-    }).expect(200);
-    await control(fresh.url, "resume", { checkpoint_id: "c2" }).expect(200);
+    const { old, fresh } = await restoredSession();
     // Another rollout's prefix, or an attempt before the token's, is no continuation of it.
     const replacement = await seed(fresh.url, "q-a2", "other");
     for (const [token, prefix] of [

@@ -1,11 +1,12 @@
 /**
- * A small seeded PRNG for the fuzz and sequence suites: the same seed replays the same run.
+ * A small seeded PRNG: the same seed replays the same run (the conformance kit's hostile slice,
+ * the fuzz and sequence suites).
  *
  * @module
  */
 
 /** A small seeded PRNG (mulberry32): the same seed plays the same sequence. */
-export class Random {
+export class SeededRandom {
   #state: number;
   constructor(seed: number) {
     this.#state = seed >>> 0;
