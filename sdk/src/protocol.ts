@@ -87,6 +87,7 @@ export {
   inputItems,
   itemsToMessages,
   outputItems,
+  outputText,
   responseOf,
   toolsToChat,
 } from "./server/model/responses-chat.js";

@@ -19,6 +19,7 @@ import {
   type RespondResult,
   type RestoreAgentSessionsInput,
 } from "gym-participant-sdk";
+import { outputText } from "gym-participant-sdk/protocol";
 
 /** One turn of a session: what came in, what the agent answered. */
 const TurnSchema = z.strictObject({ input: z.string(), output: z.string() });
@@ -160,18 +161,6 @@ function reply(text: string): Record<string, unknown> {
     status: "completed",
     output: [{ type: "message", role: "assistant", content: [{ type: "output_text", text }] }],
   };
-}
-
-/** The text of a Responses-style reply: the `output_text` parts of its messages, joined. */
-export function outputText(response: unknown): string {
-  const output = (response as { output?: unknown } | null)?.output;
-  if (!Array.isArray(output)) return "";
-  return output
-    .flatMap((item: { content?: unknown }) => (Array.isArray(item?.content) ? item.content : []))
-    .map((part: { type?: unknown; text?: unknown }) =>
-      part?.type === "output_text" && typeof part.text === "string" ? part.text : "",
-    )
-    .join("");
 }
 
 if (isMainModule(import.meta.url)) await serveMain(PlannerAgent);

@@ -11,7 +11,8 @@ import {
   type TestServer,
   type TestServerOptions,
 } from "gym-participant-sdk/testing";
-import PlannerAgent, { outputText } from "../src/index.js";
+import { outputText } from "gym-participant-sdk/protocol";
+import PlannerAgent from "../src/index.js";
 
 const ep1 = { rollout: "ep1" };
 

@@ -12,19 +12,7 @@ import {
   serveMain,
   type VerifyInput,
 } from "gym-participant-sdk";
-import { ResponsesReplySchema } from "gym-participant-sdk/protocol";
-
-/** The text of a Responses-style reply: the `output_text` parts of its messages, joined. */
-export function outputText(response: unknown): string {
-  const output = (response as { output?: unknown } | null)?.output;
-  if (!Array.isArray(output)) return "";
-  return output
-    .flatMap((item: { content?: unknown }) => (Array.isArray(item?.content) ? item.content : []))
-    .map((part: { type?: unknown; text?: unknown }) =>
-      part?.type === "output_text" && typeof part.text === "string" ? part.text : "",
-    )
-    .join("");
-}
+import { ResponsesReplySchema, outputText } from "gym-participant-sdk/protocol";
 
 /** `/multiply`'s body. A missing or non-numeric factor is refused with 422 naming it. */
 const MultiplyRequestSchema = z.strictObject({ a: z.number(), b: z.number() });

@@ -8,7 +8,8 @@ import {
   type TestServer,
   type TestServerOptions,
 } from "gym-participant-sdk/testing";
-import MultiplierServer, { outputText } from "../src/index.js";
+import { outputText } from "gym-participant-sdk/protocol";
+import MultiplierServer from "../src/index.js";
 
 const ep1 = { rollout: "ep1" };
 const SEED = {

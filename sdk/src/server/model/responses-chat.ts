@@ -207,3 +207,36 @@ export function responseOf(chat: ChatCompletionLike, model: string): Record<stri
 export function outputItems(response: Record<string, unknown>): unknown[] {
   return Array.isArray(response.output) ? [...(response.output as unknown[])] : [];
 }
+
+/**
+ * The text of a Responses-style reply: the `output_text` parts of its output messages, joined
+ * in order. Anything that is not such a part (reasoning items, tool calls, a reply with no
+ * `output`, a value that is no reply at all) adds nothing, so a verifier can read an untrusted
+ * body without checking its shape first.
+ *
+ * @example
+ * ```ts
+ * outputText({ output: [{ type: "message", content: [{ type: "output_text", text: "42" }] }] });
+ * // "42"
+ * ```
+ */
+export function outputText(reply: unknown): string {
+  const output = fieldOf(reply, "output");
+  if (!Array.isArray(output)) return "";
+  let text = "";
+  for (const item of output) {
+    const content = fieldOf(item, "content");
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      const partText = fieldOf(part, "text");
+      if (fieldOf(part, "type") === "output_text" && typeof partText === "string") text += partText;
+    }
+  }
+  return text;
+}
+
+/** An own field of an object value, or undefined for anything else. */
+function fieldOf(value: unknown, name: string): unknown {
+  if (typeof value !== "object" || value === null || !Object.hasOwn(value, name)) return undefined;
+  return Reflect.get(value, name);
+}
