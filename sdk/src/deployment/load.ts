@@ -6,7 +6,6 @@
  *
  * @see docs/deployment.md
  */
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument } from "yaml";
 import {
@@ -29,6 +28,7 @@ import {
 import { EntrypointError, resolveEntrypoint } from "./entrypoint.js";
 import { DeploymentFileError, type DeploymentProblem } from "./errors.js";
 import { expandDocument } from "./expand.js";
+import { readDeploymentText } from "./read-text.js";
 import { issueProblems, type IssueContext } from "./issues.js";
 import { locate } from "./positions.js";
 
@@ -99,24 +99,6 @@ function absoluteTls(tls: TlsSettings, dir: string): TlsSettings {
   };
 }
 
-function readText(file: string, absolute: string): string {
-  try {
-    return readFileSync(absolute, "utf8");
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new DeploymentFileError(file, [
-      {
-        line: null,
-        path: "",
-        message:
-          code === "ENOENT"
-            ? "no such file: check the path"
-            : `cannot read it: ${(error as Error).message}`,
-      },
-    ]);
-  }
-}
-
 /**
  * Loads and checks a deployment file. Throws {@link DeploymentFileError} listing every problem
  * found, each with its line and what to do.
@@ -128,7 +110,7 @@ function readText(file: string, absolute: string): string {
 export function loadDeploymentFile(file: string, options: LoadOptions = {}): LoadedDeployment {
   const absolute = path.resolve(options.cwd ?? process.cwd(), file);
   const dir = path.dirname(absolute);
-  const text = readText(file, absolute);
+  const text = readDeploymentText(file, absolute);
 
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });

@@ -242,6 +242,13 @@ describe("gym kubernetes", () => {
     }
   });
 
+  it("a deployment file that does not exist is named, with what to do, and exits 1", async () => {
+    const { code, err } = await runGym({ cwd: ROOT }, ["kubernetes", "no-such-deployment.yaml"]);
+    expect(code).toBe(1);
+    expect(err).toContain("no-such-deployment.yaml: no such file: check the path");
+    expect(err).not.toMatch(/unexpected error|ENOENT/);
+  });
+
   it("the committed manifests are what the deployment file generates", async () => {
     const { code, out, err } = await runGym({ cwd: ROOT }, [
       "kubernetes",

@@ -11,13 +11,13 @@
  *
  * @see docs/kubernetes.md
  */
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { LineCounter, parseDocument, stringify, visit, type Scalar } from "yaml";
 import { EXIT_FAILING, EXIT_PREEMPTED } from "../../collect/collect-report.js";
 import { TelemetrySettingsSchema } from "../../wire/settings.js";
 import { loadDeploymentFile, type LoadedDeployment } from "../load.js";
 import { locate } from "../positions.js";
+import { readDeploymentText } from "../read-text.js";
 import {
   COLLECT_DIR,
   RUN_DIR,
@@ -187,7 +187,7 @@ export function kubernetesManifests(options: KubernetesOptions): KubernetesManif
     );
   }
 
-  const text = readFileSync(absolute, "utf8");
+  const text = readDeploymentText(shown, absolute);
   const lines = new LineCounter();
   const raw = parseDocument(text, { lineCounter: lines });
   const at = (segments: PropertyKey[]): number | null => locate(raw, lines, segments).line;
