@@ -5,6 +5,7 @@
  * @see docs/conformance.md
  */
 import { CORE_REQUIREMENTS } from "./core-requirements.js";
+import { CRASH_REQUIREMENTS } from "./crash-requirements.js";
 import { HOSTILE_REQUIREMENT } from "./hostile-input.js";
 import type { Requirement } from "./requirement.js";
 import { RESOURCES_REQUIREMENTS } from "./resources-requirements.js";
@@ -13,6 +14,7 @@ import { RESOURCES_REQUIREMENTS } from "./resources-requirements.js";
 export const REQUIREMENTS: readonly Requirement[] = [
   ...CORE_REQUIREMENTS,
   ...RESOURCES_REQUIREMENTS,
+  ...CRASH_REQUIREMENTS,
   HOSTILE_REQUIREMENT,
 ];
 

@@ -58,6 +58,13 @@ export interface CheckContext {
   readonly seedBody: unknown;
   /** A tool call of a resources server (`--tool`, else read from its OpenAPI document). */
   tool(): Promise<ToolCall | null>;
+  /** The `task` of an environment's `/run` (`--task`). */
+  readonly task: unknown;
+  /**
+   * Kills the server and starts it again (a crash, then a fresh process); null when the kit did
+   * not launch it (`--launch`), and the crash requirements are skipped.
+   */
+  readonly restart: (() => Promise<void>) | null;
 }
 
 /** One tool route of a resources server and a body it accepts. */

@@ -25,11 +25,32 @@ import {
 } from "./requirement.js";
 import { describeReply, errorCodeOf, NoReply, Target } from "./target.js";
 import { resolveTool } from "./tool-route.js";
+import { LaunchError, LaunchedServer } from "./launch.js";
+
+/** The task of the kit's `/run` calls when none is given: a `single_agent_turn` task. */
+export const DEFAULT_TASK = Object.freeze({
+  task_id: { taskset: "conformance", task_id: "1" },
+  task_input: { responses_create_params: { input: "Say hello." } },
+});
 
 /** What to check, against which server. */
 export interface ConformanceOptions {
-  /** The server's base URL. */
-  readonly url: string;
+  /** The server's base URL; with `launch`, the launched server's is used instead. */
+  readonly url?: string;
+  /**
+   * The kit starts the server with this shell command and may kill and restart it (the crash
+   * requirements need it). `{port}`, `{token}` and `{checkpoint_root}` are replaced, and set as
+   * `GYM_CONFORMANCE_PORT`, `GYM_CONTROL_TOKEN`, `GYM_CONFORMANCE_CHECKPOINT_ROOT`.
+   * @default null: the server is already running at `url`
+   */
+  readonly launch?: {
+    readonly command: string;
+    /** @default 60_000 */
+    readonly readyTimeoutMs?: number;
+    readonly cwd?: string;
+  } | null;
+  /** The `task` of an environment's `/run` calls. @default a `single_agent_turn` task */
+  readonly task?: unknown;
   /** Its checkpoint control token. */
   readonly token: string;
   /** The kind the caller expects; the status must report it. @default the status's kind */
@@ -169,8 +190,32 @@ async function runOne(requirement: Requirement, context: CheckContext): Promise<
  * if (!report.passed) process.exitCode = 1;
  */
 export async function runConformance(options: ConformanceOptions): Promise<ConformanceReport> {
-  const target = new Target(options.url, options.token);
   const root = options.checkpointRoot ?? tmpdir();
+  let launched: LaunchedServer | null = null;
+  if (options.launch != null) {
+    await mkdir(root, { recursive: true });
+    try {
+      launched = await LaunchedServer.start({
+        command: options.launch.command,
+        token: options.token,
+        checkpointRoot: root,
+        ...(options.launch.readyTimeoutMs === undefined
+          ? {}
+          : { readyTimeoutMs: options.launch.readyTimeoutMs }),
+        ...(options.launch.cwd === undefined ? {} : { cwd: options.launch.cwd }),
+      });
+    } catch (error) {
+      if (error instanceof LaunchError) {
+        throw new ConformanceSetupError(error.message, "check the --launch command on its own");
+      }
+      throw error;
+    }
+  }
+  const url = launched?.url ?? options.url;
+  if (url === undefined) {
+    throw new ConformanceSetupError("no server to check", "give its URL, or --launch a command");
+  }
+  const target = new Target(url, options.token);
   let scratch: string | null = null;
   try {
     const profile = await readProfile(target, options.kind);
@@ -197,6 +242,14 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
       },
       deadline: (seconds = 30) => Date.now() / 1000 + seconds,
       tool: () => (tool ??= resolveTool(target, options.tool ?? null)),
+      task: options.task ?? DEFAULT_TASK,
+      restart:
+        launched === null
+          ? null
+          : async () => {
+              await (launched as LaunchedServer).restart();
+              await target.reconnect();
+            },
     };
     const results: RequirementResult[] = [];
     for (const requirement of selectRequirements(
@@ -237,6 +290,7 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     };
   } finally {
     await target.close();
+    await launched?.kill();
     if (scratch !== null) await rm(scratch, { recursive: true, force: true });
   }
 }

@@ -79,7 +79,7 @@ export function describeReply(reply: Reply): string {
 export class Target {
   readonly url: string;
   readonly #token: string;
-  readonly #agent = new Agent({ keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 });
+  #agent = new Agent({ keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 });
 
   /** @param url the server's base URL, `http://host:port` */
   constructor(url: string, token: string) {
@@ -169,6 +169,13 @@ export class Target {
   ): Promise<Reply> {
     const full = options.rollout == null ? path : rolloutPath(options.rollout, path);
     return await this.call("POST", full, { ...options, body });
+  }
+
+  /** Drops the kit's connections (the server was restarted: they lead nowhere). */
+  async reconnect(): Promise<void> {
+    const old = this.#agent;
+    this.#agent = new Agent({ keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 });
+    await old.destroy();
   }
 
   /** Closes the kit's connections. */
