@@ -4,7 +4,9 @@
  * requests (an `initialize`, then one POST per call, no MCP session) are served by a stateless
  * transport with JSON responses; 2026-07-28 requests (the per-request envelope) by the SDK's
  * per-request handler. One protocol server is built per HTTP request, holding only the tools the
- * request's session token allows.
+ * request's session token allows, except for the hot request: a plain 2025-era `tools/call` of
+ * an allowed tool is answered directly, as the SDK would answer it (mcp-plain-call.ts), since
+ * building a server and a transport for each call cost more than half the call.
  *
  * A tool call runs the route's own handler with the route's own schema: nothing is declared
  * twice. The HTTP request carrying the call is what the checkpoint middleware admits, counts and
@@ -33,6 +35,7 @@ import { isPlainRecord } from "../../util/plain-record.js";
 import { McpMessageSchema, McpReplySchema } from "../../wire/resources.js";
 import { parseBody } from "../../wire/parse.js";
 import { dataRoute, type DataRoute, type RouteInput } from "../data-route.js";
+import { plainToolCall, sendToolResult } from "./mcp-plain-call.js";
 import type { RolloutContext } from "../rollout-prefix.js";
 import {
   MCP_PATH,
@@ -146,6 +149,12 @@ export interface McpEndpointOptions {
   /** The errors the checkpoint middleware can answer `/mcp` with (before any JSON-RPC). */
   readonly errors: readonly ErrorCode[];
   readonly logger: Logger;
+  /**
+   * Whether a plain 2025-era `tools/call` is answered without the SDK's server and transport;
+   * false sends every request through the SDK (what the answers are held against).
+   * @default true
+   */
+  readonly plainCalls?: boolean;
 }
 
 /** `POST /mcp` (the endpoint), and `GET`/`DELETE /mcp` answered 405: nothing is kept between requests. */
@@ -193,6 +202,17 @@ export function mcpRoutes(options: McpEndpointOptions): DataRoute[] {
 async function serve(input: RouteInput<unknown>, options: McpEndpointOptions): Promise<undefined> {
   const { req, res } = input;
   const claims = options.tokens.claimsOf(req);
+  const call =
+    options.plainCalls === false || claims === null ? null : plainToolCall(req, req.body);
+  // Only a call the session may make: every refusal is the SDK's to word.
+  const tool =
+    call === null
+      ? undefined
+      : visibleTools(options.tools, claims).find((t) => t.name === call.name);
+  if (call !== null && claims !== null && tool !== undefined) {
+    sendToolResult(res, call, await callTool(tool, call.arguments, input, claims, options.logger));
+    return undefined;
+  }
   const build = (): ProtocolServer => protocolServer(input, claims, options);
   const sent = res.writableFinished ? Promise.resolve() : once(res, "close").then(() => undefined);
   const onerror = (error: Error): void =>
@@ -233,9 +253,7 @@ function protocolServer(
   claims: McpTokenClaims | null,
   options: McpEndpointOptions,
 ): ProtocolServer {
-  const allowed = claims?.tools ?? null;
-  const visible =
-    allowed === null ? options.tools : options.tools.filter((tool) => allowed.includes(tool.name));
+  const visible = visibleTools(options.tools, claims);
   const byName = new Map(visible.map((tool) => [tool.name, tool]));
   const server = new ProtocolServer(
     { name: options.serverName, version: options.version },
@@ -267,6 +285,15 @@ function protocolServer(
     return callTool(tool, args ?? {}, input, claims, options.logger);
   });
   return server;
+}
+
+/** The tools a session's token allows (all of them without a token: `tools/list` shows them). */
+function visibleTools(
+  tools: readonly McpTool[],
+  claims: McpTokenClaims | null,
+): readonly McpTool[] {
+  const allowed = claims?.tools ?? null;
+  return allowed === null ? tools : tools.filter((tool) => allowed.includes(tool.name));
 }
 
 /** A tool's description: the route's summary, and its description when it has one. */
