@@ -24,11 +24,8 @@ export function agentSeedBody(rollout: string, attempt = 0): Record<string, unkn
   };
 }
 
-/** A chat completion a model's generation route accepts. */
-export const MODEL_CALL = Object.freeze({
-  model: "conformance",
-  messages: [{ role: "user", content: "Say hello." }],
-});
+/** A call a model's `/v1/responses` accepts. */
+export const MODEL_CALL = Object.freeze({ model: "conformance", input: "Say hello." });
 
 /** Whether the server keeps sessions a commit exports (so a restore has something to install). */
 export function exportsSessions(context: CheckContext): string | null {
@@ -82,7 +79,7 @@ export async function attemptRequest(context: CheckContext, key: string): Promis
         task: context.task,
       });
     case "model":
-      return await target.data("/v1/chat/completions", MODEL_CALL, { rollout: key });
+      return await target.data("/v1/responses", MODEL_CALL, { rollout: key });
     default: {
       const never: never = context.profile.kind;
       throw new Error(`unknown kind ${String(never)}`);

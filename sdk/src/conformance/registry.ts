@@ -7,6 +7,7 @@
 import { CORE_REQUIREMENTS } from "./core-requirements.js";
 import { CRASH_REQUIREMENTS } from "./crash-requirements.js";
 import { HOSTILE_REQUIREMENT } from "./hostile-input.js";
+import { KIND_REQUIREMENTS } from "./kind-requirements.js";
 import type { Requirement } from "./requirement.js";
 import { RESOURCES_REQUIREMENTS } from "./resources-requirements.js";
 
@@ -14,6 +15,7 @@ import { RESOURCES_REQUIREMENTS } from "./resources-requirements.js";
 export const REQUIREMENTS: readonly Requirement[] = [
   ...CORE_REQUIREMENTS,
   ...RESOURCES_REQUIREMENTS,
+  ...KIND_REQUIREMENTS,
   ...CRASH_REQUIREMENTS,
   HOSTILE_REQUIREMENT,
 ];

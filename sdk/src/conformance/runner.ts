@@ -30,7 +30,7 @@ import { LaunchError, LaunchedServer } from "./launch.js";
 /** The task of the kit's `/run` calls when none is given: a `single_agent_turn` task. */
 export const DEFAULT_TASK = Object.freeze({
   task_id: { taskset: "conformance", task_id: "1" },
-  task_input: { responses_create_params: { input: "Say hello." } },
+  task_input: { responses_create_params: { input: "Say hello." }, task_data: {} },
 });
 
 /** What to check, against which server. */

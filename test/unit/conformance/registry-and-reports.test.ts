@@ -43,7 +43,9 @@ describe("the requirement registry", () => {
     const ids = REQUIREMENTS.map((r) => r.id);
     expect(new Set(ids).size).toBe(ids.length);
     for (const requirement of REQUIREMENTS) {
-      expect(requirement.id).toMatch(/^(core|resources)\.[a-z-]+\.[a-z0-9-]+$/);
+      expect(requirement.id).toMatch(
+        /^(core|resources|crash|agent|environment|model)\.[a-z-]+\.[a-z0-9-]+$/,
+      );
       const [page, anchor] = requirement.docs.split("#") as [string, string];
       const headings = readFileSync(`${ROOT}${page}`, "utf8")
         .split("\n")
