@@ -4,6 +4,7 @@
  *
  * @see docs/conformance.md
  */
+import { randomBytes } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import {
@@ -33,6 +34,9 @@ export interface ConformanceFlags {
   readonly seedBody?: string;
   readonly tool?: string;
   readonly toolBody?: string;
+  readonly task?: string;
+  readonly launch?: string;
+  readonly launchTimeout?: string;
   readonly list?: boolean;
 }
 
@@ -140,14 +144,31 @@ export async function conformanceCommand(
   io: Io,
 ): Promise<number> {
   if (flags.list === true) return listRequirements(io);
-  if (url === undefined) {
+  if (url === undefined && flags.launch === undefined) {
     throw new UsageError(
       "the server's URL is missing",
-      `${commandOf(io)} conformance http://127.0.0.1:8001 --token TOKEN`,
+      `${commandOf(io)} conformance http://127.0.0.1:8001 --token TOKEN, or --launch "<command>"`,
     );
   }
-  const base = baseUrl(url);
-  const token = flags.token ?? io.env.GYM_CONTROL_TOKEN;
+  if (url !== undefined && flags.launch !== undefined) {
+    throw new UsageError(
+      "give the server's URL or --launch, not both",
+      "with --launch the kit starts the server on a port it picks ({port})",
+    );
+  }
+  const base = url === undefined ? null : baseUrl(url);
+  const launchTimeout = Number(flags.launchTimeout ?? "60");
+  if (!Number.isFinite(launchTimeout) || launchTimeout <= 0) {
+    throw new UsageError(
+      `--launch-timeout ${flags.launchTimeout ?? ""} is not a number of seconds`,
+      "e.g. --launch-timeout 60",
+    );
+  }
+  // A launched server is told the token, so one is made up when none is given.
+  const token =
+    flags.token ??
+    io.env.GYM_CONTROL_TOKEN ??
+    (flags.launch === undefined ? undefined : `conformance-${randomBytes(8).toString("hex")}`);
   if (token === undefined || token === "") {
     throw new UsageError(
       "no control token",
@@ -158,6 +179,7 @@ export async function conformanceCommand(
   const skipped = selectors(flags.skip, "--skip");
   const seedBody = jsonFlag(flags.seedBody, "--seed-body");
   const toolBody = jsonFlag(flags.toolBody, "--tool-body");
+  const task = jsonFlag(flags.task, "--task");
   if (flags.toolBody !== undefined && flags.tool === undefined) {
     throw new UsageError(
       "--tool-body needs --tool PATH",
@@ -172,7 +194,12 @@ export async function conformanceCommand(
   let report;
   try {
     report = await runConformance({
-      url: base,
+      ...(base === null ? {} : { url: base }),
+      launch:
+        flags.launch === undefined
+          ? null
+          : { command: flags.launch, readyTimeoutMs: launchTimeout * 1000, cwd: io.cwd },
+      ...(task === undefined ? {} : { task }),
       token,
       ...(flags.kind === undefined ? {} : { kind: flags.kind }),
       only,
@@ -194,7 +221,8 @@ export async function conformanceCommand(
     }
     throw error;
   }
-  const replay = `${commandOf(io)} conformance ${base} --only core.hostile.no-5xx --seed ${report.seed}`;
+  const where = base ?? `--launch ${JSON.stringify(flags.launch)}`;
+  const replay = `${commandOf(io)} conformance ${where} --only core.hostile.no-5xx --seed ${report.seed}`;
   if (flags.junit !== undefined) {
     await writeFile(path.resolve(io.cwd, flags.junit), reportJunit(report));
   }

@@ -282,6 +282,15 @@ function buildProgram(handlers: Handlers): Command {
       "a tool route the resources checks call (default: from GET /openapi.json)",
     )
     .option("--tool-body <json>", "its body")
+    .option(
+      "--task <json>",
+      "the task of the kit's /run calls (environment; default: a single_agent_turn task)",
+    )
+    .option(
+      "--launch <command>",
+      "start the server with this shell command ({port}, {token}, {checkpoint_root} replaced; also GYM_CONFORMANCE_PORT, GYM_CONTROL_TOKEN, GYM_CONFORMANCE_CHECKPOINT_ROOT): the kit kills and restarts it for the crash requirements",
+    )
+    .option("--launch-timeout <seconds>", "bound on each start of the launched server", "60")
     .option("--list", "list every requirement and exit")
     .action(
       run(async (url: string | undefined, flags: import("./conformance.js").ConformanceFlags) => {
