@@ -85,7 +85,20 @@ export class PauseRecorder {
    */
   finish(pause: { readonly pauseMs: number } | { readonly startMs: number }): PauseBreakdown {
     const end = this.#mark();
-    const startMs = "pauseMs" in pause ? end - pause.pauseMs : pause.startMs;
+    return this.#breakdown("pauseMs" in pause ? end - pause.pauseMs : pause.startMs, end);
+  }
+
+  /**
+   * The breakdown from the first recorded call's start to the last one's end, for a caller
+   * with no pause of its own to measure (a scenario that crashes after its commit).
+   */
+  finishCalls(): PauseBreakdown {
+    const startMs = Math.min(...this.#calls.map((c) => c.startMs));
+    const end = Math.max(...this.#calls.map((c) => c.endMs));
+    return this.#breakdown(startMs, end);
+  }
+
+  #breakdown(startMs: number, end: number): PauseBreakdown {
     const calls = this.#calls.filter((c) => c.startMs >= startMs);
     this.#calls = [];
     const stages: PauseStage[] = [];

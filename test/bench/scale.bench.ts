@@ -27,6 +27,7 @@ import {
   phaseCpu,
   schedstatSupported,
   snapshot,
+  snapshotOf,
   type PhaseCpu,
   type Snapshot,
 } from "./cpu-breakdown.js";
@@ -34,6 +35,8 @@ import { median } from "./median.js";
 import { listenOverflows } from "./listen-overflows.js";
 import { printProfiles, recordWindow, type PhaseWindow } from "./profile-window.js";
 import { measureStoreBaseline, type StoreCost } from "./store-baseline.js";
+import { breakdownRows, PauseRecorder, type PauseBreakdown } from "./pause-breakdown.js";
+import { serverProcesses } from "../../demo/process-tree.js";
 
 const options = new Command("bench:scale")
   .option("--rollouts <n>", "rollouts to send", (v) => Number.parseInt(v, 10), 8000)
@@ -99,6 +102,8 @@ interface RunFigures {
   /** The store baseline per core: write (commit) and read (restore), in seconds; null: none. */
   readonly baseline: { readonly write: number; readonly read: number } | null;
   readonly cpu: Partial<Record<Phase, PhaseCpu[]>>;
+  /** The checkpoint's pause, first prepare sent → last commit reply (the crash follows). */
+  readonly pause: PauseBreakdown | null;
 }
 
 const s = (x: number | undefined): string => (x === undefined ? "-" : x.toFixed(3));
@@ -143,6 +148,22 @@ async function runOnce(index: number): Promise<RunFigures> {
   const cpu: Partial<Record<Phase, PhaseCpu[]>> = {};
   let last = 0;
   let lastStage = "";
+  // The first participants the scenario asks for are the ones it checkpoints: their control
+  // calls are timed (the restore's come from fresh processes, asked for later).
+  let recorder: PauseRecorder | null = null;
+  const participantsOf = run.participants.bind(run);
+  run.participants = async () => {
+    const participants = await participantsOf();
+    if (recorder === null) {
+      const processes = serverProcesses(run.serverPids());
+      recorder = new PauseRecorder(
+        new Map(participants.members.map((m) => [m.name, m.kind])),
+        measureCpu ? () => snapshotOf(processes) : null,
+      );
+      recorder.attach(participants.client);
+    }
+    return participants;
+  };
   try {
     const report = await runScenario(run, {
       rollouts: options.rollouts,
@@ -164,6 +185,7 @@ async function runOnce(index: number): Promise<RunFigures> {
         else if (starts[phase] !== undefined) cpu[phase] = phaseCpu(starts[phase], now);
       },
     });
+    const pause = (recorder as PauseRecorder | null)?.finishCalls() ?? null;
     const rows: [string, string][] = [
       ["rollouts", String(report.rollouts)],
       ["workers per participant server", String(options.workers)],
@@ -205,6 +227,11 @@ async function runOnce(index: number): Promise<RunFigures> {
     const baseline = costs.length === 0 ? null : baselineOf(costs);
     if (options.repeat === 1) {
       process.stdout.write(table(rows));
+      if (pause !== null) {
+        process.stdout.write(
+          `the pause, first prepare sent → last commit reply (the crash follows, no resume):\n${table(breakdownRows(pause))}`,
+        );
+      }
       for (const problem of report.problems.slice(0, 10)) process.stdout.write(`  - ${problem}\n`);
       printBaseline(costs, report.commitSeconds, report.restoreSeconds);
     } else {
@@ -232,6 +259,7 @@ async function runOnce(index: number): Promise<RunFigures> {
       restoreSeconds: report.restoreSeconds,
       baseline,
       cpu,
+      pause,
     };
   } catch (error) {
     process.stderr.write(`the run's state and server logs are kept in ${dir}\n`);
@@ -344,6 +372,25 @@ function printCpu(runs: readonly RunFigures[]): void {
   }
 }
 
+/** The pause and each of its stages, medians (min–max) over the runs that measured it. */
+function pauseMedians(all: readonly RunFigures[]): [string, string][] {
+  const pauses = all.map((r) => r.pause).filter((p): p is PauseBreakdown => p !== null);
+  if (pauses.length === 0) return [];
+  const rows: [string, string][] = [
+    ["pause: prepare + commit (s)", spread(pauses.map((p) => p.pauseMs / 1000))],
+  ];
+  for (const name of [...new Set(pauses.flatMap((p) => p.stages.map((x) => x.name)))]) {
+    const ms = pauses.flatMap((p) => p.stages.filter((x) => x.name === name).map((x) => x.ms));
+    rows.push([`  ${name} (s)`, spread(ms.map((x) => x / 1000))]);
+  }
+  rows.push(["  unaccounted (s)", spread(pauses.map((p) => p.unaccountedMs / 1000))]);
+  const ratios = all
+    .filter((r) => r.pause !== null && r.baseline !== null)
+    .map((r) => r.pause!.pauseMs / 1000 / r.baseline!.write);
+  if (ratios.length > 0) rows.push(["pause / store write", `${spread(ratios, 2)}x`]);
+  return rows;
+}
+
 const runs: RunFigures[] = [];
 try {
   for (let index = 0; index < options.repeat; index++) runs.push(await runOnce(index));
@@ -376,6 +423,7 @@ if (options.repeat > 1) {
         2,
       )}x`,
     ],
+    ...pauseMedians(runs),
     [
       "replacement failures (all runs)",
       String(runs.reduce((sum, r) => sum + r.replacementFailures, 0)),
