@@ -187,26 +187,41 @@ const agentExport: Requirement = {
   },
 };
 
-const environmentStale: Requirement = {
+/**
+ * A kind's "a request of a retired attempt is 409 stale_attempt" requirement: the kit retires a
+ * fresh rollout, sends the kind's request under its attempt and expects the refusal.
+ */
+function staleAttemptRequirement(spec: {
+  id: string;
+  kind: "environment" | "model";
+  title: string;
+  docs: string;
+  request: string;
+}): Requirement {
+  return {
+    id: spec.id,
+    title: spec.title,
+    docs: spec.docs,
+    appliesTo: only(spec.kind),
+    async check(context) {
+      const rollout = await retireFresh(context);
+      try {
+        expectRefusal(await attemptRequest(context, rollout), 409, "stale_attempt", spec.request);
+      } finally {
+        await cleanUp(context, [rollout], 0);
+      }
+      return PASS;
+    },
+  };
+}
+
+const environmentStale = staleAttemptRequirement({
   id: "environment.fencing.stale-attempt",
+  kind: "environment",
   title: "a /run of a retired attempt is 409 stale_attempt",
   docs: "docs/environment-server.md#checkpoints",
-  appliesTo: only("environment"),
-  async check(context) {
-    const rollout = await retireFresh(context);
-    try {
-      expectRefusal(
-        await attemptRequest(context, rollout),
-        409,
-        "stale_attempt",
-        "a /run of the retired attempt (pass the task the server needs with --task)",
-      );
-    } finally {
-      await cleanUp(context, [rollout], 0);
-    }
-    return PASS;
-  },
-};
+  request: "a /run of the retired attempt (pass the task the server needs with --task)",
+});
 
 const environmentClosed: Requirement = {
   id: "environment.admission.closed",
@@ -247,26 +262,13 @@ const modelKey: Requirement = {
   },
 };
 
-const modelStale: Requirement = {
+const modelStale = staleAttemptRequirement({
   id: "model.fencing.stale-attempt",
+  kind: "model",
   title: "a generation call of a retired attempt is 409 stale_attempt",
   docs: "docs/policy-model.md#what-a-checkpoint-does-to-a-model-call",
-  appliesTo: only("model"),
-  async check(context) {
-    const rollout = await retireFresh(context);
-    try {
-      expectRefusal(
-        await attemptRequest(context, rollout),
-        409,
-        "stale_attempt",
-        "POST /v1/responses of the retired attempt",
-      );
-    } finally {
-      await cleanUp(context, [rollout], 0);
-    }
-    return PASS;
-  },
-};
+  request: "POST /v1/responses of the retired attempt",
+});
 
 const modelWaits: Requirement = {
   id: "model.admission.waits",
